@@ -1,0 +1,25 @@
+# The two commands of the README. Both create the virtual environment from the pins when it is missing.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[cpu,test]"
+	touch $(STAMP)
+
+# The main job on an embedded default.
+demo: $(STAMP)
+	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/pmdb demo
+
+test: $(STAMP)
+	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) pmdb-workspace

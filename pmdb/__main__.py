@@ -1,0 +1,5 @@
+import sys
+
+from pmdb.cli.main import main
+
+sys.exit(main())

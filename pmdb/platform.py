@@ -1,0 +1,187 @@
+"""Platform detection and the platform registry (the ``platforms`` table).
+
+A platform is what measurements are tagged with: this machine (detected, with a stable fingerprint) or a named
+remote machine whose data was imported.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform as pyplatform
+import re
+import shutil
+import socket
+import subprocess
+from typing import Any
+
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return pyplatform.processor() or pyplatform.machine() or "unknown-cpu"
+
+
+def _memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _slug(text: str) -> str:
+    text = re.sub(r"\(r\)|\(tm\)|cpu|processor|@.*$|\d+-core", "", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:40] or "unknown"
+
+
+def _nvidia_smi(*args: str) -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def detect() -> dict[str, Any]:
+    """Facts about this machine, as a ``platforms`` row without its name."""
+    import torch
+
+    try:
+        import fbgemm_gpu  # noqa: F401  (registers the ops; its version is what matters)
+        from importlib.metadata import version, PackageNotFoundError
+        fbgemm_version = None
+        for dist in ("fbgemm-gpu-cpu", "fbgemm-gpu"):
+            try:
+                fbgemm_version = version(dist)
+                break
+            except PackageNotFoundError:
+                continue
+    except Exception:  # fbgemm missing or failing to load: recorded as absent
+        fbgemm_version = None
+
+    cuda = torch.cuda.is_available()
+    row: dict[str, Any] = {
+        "device_kind": "cuda" if cuda else "cpu",
+        "semantics": "async_device" if cuda else "sync_host",
+        "cpu_model": _cpu_model(),
+        "cpu_cores": _usable_cores(),
+        "threads": torch.get_num_threads(),
+        "memory_bytes": _memory_bytes(),
+        "gpu_name": None, "gpu_count": None, "gpu_memory_bytes": None,
+        "driver_version": None, "cuda_version": torch.version.cuda, "interconnect": None,
+        "torch_version": torch.__version__,
+        "fbgemm_version": fbgemm_version,
+        "hostname": socket.gethostname(),
+        "details": {"python": pyplatform.python_version(), "system": pyplatform.platform(),
+                    "machine": pyplatform.machine()},
+    }
+    if cuda:
+        props = torch.cuda.get_device_properties(0)
+        row.update(gpu_name=props.name, gpu_count=torch.cuda.device_count(), gpu_memory_bytes=props.total_memory)
+        driver = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader")
+        row["driver_version"] = driver.splitlines()[0] if driver else None
+        row["interconnect"] = _nvidia_smi("topo", "-m")
+    return row
+
+
+def fingerprint(row: dict[str, Any]) -> str:
+    """Stable identity of the hardware (not of versions or thread settings)."""
+    memory_gib = round((row.get("memory_bytes") or 0) / 2**30)
+    key = [row["device_kind"], row["cpu_model"], row["cpu_cores"], memory_gib,
+           row.get("gpu_name"), row.get("gpu_count")]
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+
+
+def default_name(row: dict[str, Any]) -> str:
+    if row["device_kind"] == "cuda":
+        return f"cuda-{_slug(row['gpu_name'] or 'gpu')}-x{row['gpu_count']}"
+    return f"cpu-{_slug(row['cpu_model'])}-{row['cpu_cores']}c"
+
+
+def check_name(name: str) -> str:
+    if not _NAME_OK.match(name):
+        raise PmdbError(f"bad platform name {name!r}: use letters, digits, '.', '_' or '-' (at most 100)")
+    return name
+
+
+def register_local(store: Store, name: str | None = None) -> dict[str, Any]:
+    """Detect this machine and insert or refresh its row. Returns the row (with ``name``)."""
+    row = detect()
+    row["fingerprint"] = fingerprint(row)
+    if name is None:
+        existing = store.scalar("SELECT name FROM platforms WHERE fingerprint = ? AND NOT is_imported "
+                                "ORDER BY registered_at LIMIT 1", [row["fingerprint"]])
+        name = existing or default_name(row)
+    row["name"] = check_name(name)
+    other = store.conn.execute("SELECT fingerprint, is_imported FROM platforms WHERE name = ?", [name]).fetchone()
+    if other is not None and (other[1] or other[0] != row["fingerprint"]):
+        what = "imported data" if other[1] else f"fingerprint {other[0]}"
+        raise PmdbError(f"platform name {name!r} already belongs to another machine ({what}); "
+                        f"choose another --platform name")
+    if other is not None:
+        updates = {k: v for k, v in row.items() if k != "name"}
+        sets = ", ".join(f"{k} = ?" for k in updates)
+        store.conn.execute(f"UPDATE platforms SET {sets} WHERE name = ?",
+                           [json.dumps(v) if k == "details" else v for k, v in updates.items()] + [name])
+    else:
+        store.insert_one("platforms", row)
+    return row
+
+
+def ensure_named(store: Store, name: str, *, device_kind: str = "cuda", topology: str | None = None,
+                 details: dict[str, Any] | None = None) -> str:
+    """A platform for imported data recorded on another machine; created when missing. Returns its name."""
+    check_name(name)
+    if device_kind not in ("cpu", "cuda"):
+        raise PmdbError(f"bad device kind {device_kind!r}: use cpu or cuda")
+    if store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [name]):
+        if topology:
+            store.conn.execute("UPDATE platforms SET interconnect = ? WHERE name = ?", [topology, name])
+        return name
+    store.insert_one("platforms", {
+        "name": name, "device_kind": device_kind,
+        "semantics": "async_device" if device_kind == "cuda" else "sync_host",
+        "interconnect": topology, "is_imported": True, "details": details or {}})
+    return name
+
+
+def resolve(store: Store, name: str | None) -> str:
+    """The platform to use: the named one (must exist), else this machine (registered on first use)."""
+    if name is None:
+        return register_local(store)["name"]
+    if not store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [name]):
+        known = [r[0] for r in store.conn.execute("SELECT name FROM platforms ORDER BY name").fetchall()]
+        raise PmdbError(f"unknown platform {name!r} (known: {', '.join(known) or 'none'}; "
+                        f"`pmdb platform --name {name}` registers this machine under that name)")
+    return name
+
+
+def describe(store: Store, name: str) -> dict[str, Any]:
+    frame = store.query("SELECT * FROM platforms WHERE name = ?", [name])
+    if frame.empty:
+        raise PmdbError(f"unknown platform {name!r}")
+    return frame.iloc[0].to_dict()

@@ -1,0 +1,115 @@
+"""The CLI as a user runs it: a real process, exit codes, one-line errors."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def pmdb(home, *args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "pmdb", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def assert_one_line_error(proc, pattern):
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and re.search(pattern, lines[0]), proc.stderr
+
+
+def test_init_platform_status_runs_sql(tmp_path):
+    home = tmp_path / "ws"
+    assert "created workspace" in pmdb(home, "init").stdout
+    assert "already there" in pmdb(home, "init").stdout
+    out = pmdb(home, "platform").stdout
+    name = re.search(r"platform (\S+) \(fingerprint", out).group(1)
+    assert "rows per table" in pmdb(home, "status").stdout
+    pmdb(home, "runs")
+    got = json.loads(pmdb(home, "sql", "SELECT name, device_kind FROM platforms", "--format", "json").stdout)
+    assert got == [{"name": name, "device_kind": "cpu"}] or got[0]["device_kind"] == "cuda"
+    csv = pmdb(home, "sql", "SELECT 1 AS a, 2 AS b", "--format", "csv").stdout
+    assert csv.splitlines() == ["a,b", "1,2"]
+    pmdb(home, "sql", "SELECT * FROM platforms", "-o", str(tmp_path / "p.parquet"))
+    import pandas as pd
+    assert pd.read_parquet(tmp_path / "p.parquet")["name"].tolist() == [name]
+    sql_file = tmp_path / "q.sql"
+    sql_file.write_text("SELECT count(*) AS n FROM platforms")
+    assert pmdb(home, "sql", "-f", str(sql_file), "--format", "csv").stdout.splitlines() == ["n", "1"]
+    listed = pmdb(home, "sql", "--list").stdout
+    first = listed.split()[0]
+    pmdb(home, "sql", "--query", first)
+
+
+def test_platform_name_override(tmp_path):
+    home = tmp_path / "ws"
+    pmdb(home, "init")
+    assert "platform my-box" in pmdb(home, "platform", "--name", "my-box").stdout
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["status"], r"no pmdb workspace at .*pmdb init"),
+    (["runs"], r"no pmdb workspace"),
+    (["sql", "SELECT 1"], r"no pmdb workspace"),
+])
+def test_commands_on_missing_workspace(tmp_path, args, pattern):
+    assert_one_line_error(pmdb(tmp_path / "nowhere", *args, check=False), pattern)
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["sql", "SELEC nonsense"], r"SQL error"),
+    (["sql", "-f", "/no/such/file.sql"], r"no such SQL file"),
+    (["sql", "--query", "no_such_query"], r"unknown named query"),
+    (["sql"], r"exactly one of"),
+    (["sql", "SELECT 1", "--format", "xml"], r"bad --format"),
+    (["sql", "SELECT 1", "-o", "/no/such/dir/x.csv"], r"does not exist"),
+    (["runs", "--status", "bogus"], r"bad --status"),
+    (["platform", "--name", "bad name!"], r"bad platform name"),
+    (["sql", "DELETE FROM platforms"], r"SQL error.*read-only"),
+])
+def test_user_mistakes_give_one_line_and_exit_2(tmp_path, args, pattern):
+    home = tmp_path / "ws"
+    pmdb(home, "init")
+    assert_one_line_error(pmdb(home, *args, check=False), pattern)
+
+
+def test_every_command_has_help(tmp_path):
+    top = pmdb(tmp_path, "--help").stdout
+    commands = re.findall(r"│ (\w[\w-]*)\s{2,}", top.split("Commands")[1])
+    assert {"init", "platform", "status", "runs", "sql", "demo"} <= set(commands)
+    for command in commands:
+        assert "Usage" in pmdb(tmp_path, command, "--help").stdout
+
+
+def test_locked_store_names_the_holder(tmp_path):
+    home = tmp_path / "ws"
+    pmdb(home, "init")
+    code = ("import sys; from pmdb.config import Workspace; from pmdb.store import Store; "
+            f"s = Store.open(Workspace({str(home)!r}), command='pmdb collect comms'); print('ready', flush=True); "
+            "sys.stdin.readline()")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        assert_one_line_error(pmdb(home, "status", check=False), r"in use by `pmdb collect comms`")
+    finally:
+        holder.communicate("\n", timeout=30)
+
+
+def test_readme_gives_the_two_commands_and_makefile_has_them():
+    readme = (ROOT / "README.md").read_text()
+    assert "make demo" in readme and "make test" in readme
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_demo_command_runs_on_a_fresh_workspace(tmp_path):
+    out = pmdb(tmp_path / "fresh", "demo").stdout
+    assert "created workspace" in out and "platform" in out
