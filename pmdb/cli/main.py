@@ -27,7 +27,7 @@ app = typer.Typer(
 )
 
 # Modules that add commands; each has ``register(app)``.
-COMMAND_MODULES = ["pmdb.cli.core", "pmdb.cli.collect", "pmdb.cli.demo"]
+COMMAND_MODULES = ["pmdb.cli.core", "pmdb.cli.collect", "pmdb.cli.fit", "pmdb.cli.demo"]
 
 
 @app.callback()
