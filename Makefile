@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 
 # The main job on an embedded default.
 demo: $(STAMP)
-	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/pmdb demo
+	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/pmdb quickstart
 
 test: $(STAMP)
 	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/python -m pytest -q

@@ -87,8 +87,8 @@ CREATE TABLE op_measurements (
     dtype          VARCHAR NOT NULL,        -- 'float32', ...
     device         VARCHAR NOT NULL,        -- 'cpu', 'cuda:0'
     cache_state    VARCHAR NOT NULL CHECK (cache_state IN ('warm', 'cold', 'device')), -- cold: caches flushed before each repetition; device: CUDA events
-    params         JSON NOT NULL,           -- the op's features (method.md section 3), numbers only, e.g. {"B":1,"M":64,"N":64,"K":64}
-    config_key     VARCHAR NOT NULL,        -- sha256 of (op, pass, implementation, dtype, canonical params): resume key
+    params         JSON NOT NULL,           -- the op's features (method.md section 3), numbers only, e.g. {"B":1,"M":64,"N":64,"K":64}; embedding_lookup: {"B","T","E":[..],"D":[..],"L":[measured mean per table]}
+    config_key     VARCHAR NOT NULL,        -- sha256 of (op, pass, implementation, dtype, threads, canonical config incl. non-numeric settings such as index sources): resume key, shared by a config's warm and cold rows
     median_us      DOUBLE,                  -- NULL when skipped
     mean_us        DOUBLE,                                  -- mean over repetitions
     std_us         DOUBLE,                                  -- sample standard deviation
@@ -113,21 +113,21 @@ CREATE TABLE collective_measurements (
     dtype            VARCHAR,                               -- element type (float32, ...)
     in_place         BOOLEAN,               -- nccl-tests reports both; NULL when not stated
     split_kind       VARCHAR NOT NULL CHECK (split_kind IN ('equal', 'random')), -- equal per-rank sizes, or seeded random splits (all_to_allv)
-    rank             INTEGER,               -- rank these latencies belong to; NULL = aggregated by the source (imports) or over ranks
-    total_bytes      BIGINT NOT NULL,       -- sum of all ranks' input bytes (PARAM's 'total size')
-    bytes_per_rank   BIGINT,                -- per-rank input bytes for equal splits
-    max_rank_bytes   BIGINT NOT NULL,       -- max over ranks of max(bytes sent, bytes received): the size the model uses
-    sent_bytes       BIGINT[],              -- per rank bytes sent (random splits)
-    recv_bytes       BIGINT[],              -- per rank bytes received (random splits)
+    rank             INTEGER,               -- rank r's own latencies over iterations; NULL = the aggregate row curves and fits read (measured: per iteration the slowest rank, then statistics over iterations; imports: the source's own figures)
+    total_bytes      BIGINT NOT NULL,       -- sum over ranks of their input-buffer bytes (sum of sent_bytes)
+    bytes_per_rank   BIGINT,                -- per-rank input-buffer bytes when equal on all ranks, else NULL
+    max_rank_bytes   BIGINT NOT NULL,       -- max over ranks of max(sent, received) bytes: the model's message size; for equal splits the 'size' of PARAM and nccl-tests (the algbw numerator)
+    sent_bytes       BIGINT[],              -- per rank: bytes of its input buffer, own chunk included (all_gather: size/n, others: size)
+    recv_bytes       BIGINT[],              -- per rank: bytes of its output buffer, own chunk included (reduce_scatter: size/n, others: size)
     iterations       INTEGER,                               -- timed iterations
     warmup           INTEGER,                               -- untimed warm-up iterations
     threads_per_rank INTEGER,                               -- torch intra-op threads per rank
-    lat_p50_us       DOUBLE NOT NULL,                       -- median latency over iterations
+    lat_p50_us       DOUBLE NOT NULL,       -- median latency over iterations (nccl-tests imports: its average time, the only central value it reports)
     lat_p95_us       DOUBLE,                                -- 95th percentile latency
     lat_min_us       DOUBLE,                                -- fastest iteration
     lat_max_us       DOUBLE,                                -- slowest iteration
-    algbw_gbps       DOUBLE,                -- size / time
-    busbw_gbps       DOUBLE,                -- algbw x bus factor (method.md section 4)
+    algbw_gbps       DOUBLE,                -- max_rank_bytes / lat_p50 (imports: the source's figure when it gives one)
+    busbw_gbps       DOUBLE,                -- algbw x bus factor (method.md section 4; imports: the source's figure)
     source           VARCHAR NOT NULL,      -- 'measured', 'param', 'nccl-tests'
     source_file      VARCHAR                -- sha256 of the imported file (imported_files), NULL when measured
 );
@@ -150,7 +150,7 @@ CREATE TABLE tasks (
     seed        BIGINT NOT NULL,                            -- seed of the generator
     world_size  INTEGER NOT NULL,                           -- number of ranks
     tables      JSON NOT NULL,              -- [{"num_rows":E,"dim":D,"pooling":L,"source":...}, ...]
-    memory_cap_bytes BIGINT,                                -- per-rank memory cap the tables respect
+    memory_cap_bytes BIGINT,                                -- bytes all tables of the task fit in together (80% of the memory given)
     created_at  TIMESTAMP NOT NULL DEFAULT current_timestamp -- when the row was created
 );
 
@@ -226,6 +226,7 @@ CREATE TABLE trace_sets (
 CREATE TABLE traces (
     trace_id       BIGINT PRIMARY KEY DEFAULT nextval('seq_trace_id'), -- trace file
     trace_set_id   BIGINT NOT NULL REFERENCES trace_sets(trace_set_id), -- trace set
+    run_id         VARCHAR NOT NULL REFERENCES collection_runs(run_id), -- run that stored this file (a rank added to a set later has its own)
     rank           INTEGER NOT NULL,                        -- rank the trace was recorded on
     kind           VARCHAR NOT NULL CHECK (kind IN ('kineto', 'et')), -- kineto (timed events) or et (execution trace graph)
     schema_version VARCHAR,                 -- ET schema ('1.1.1-chakra.0.0.4'), Kineto schemaVersion
@@ -233,27 +234,34 @@ CREATE TABLE traces (
     path           VARCHAR NOT NULL,        -- relative to the workspace
     size_bytes     BIGINT,                  -- uncompressed size
     profiled_with  VARCHAR,                 -- 'kineto', 'et', 'kineto+et': what was recording during the pass
-    iterations     INTEGER                  -- iterations the trace covers
+    iterations     INTEGER,                 -- complete iterations the trace delimits (Kineto: trace_iterations rows; ET: marker count)
+    link_method    VARCHAR,                 -- et rows: how nodes were linked to the rank's Kineto ops ('rf_id', 'external_id', 'op_order'); NULL if not linked
+    linked_ops     BIGINT                   -- et rows: nodes linked to a Kineto op
 );
 
--- Ops parsed from traces (ET nodes, and Kineto CPU ops), format-independent.
+-- Ops parsed from traces, format-independent. Kineto rows: every CPU-side complete event (cpu_op,
+-- user_annotation, python_function, cuda_runtime/cuda_driver calls), op_id = position in start order.
+-- ET rows: every node, op_id = ET node id (sorted ids = start order); a node linked to a Kineto op carries that
+-- op's timing, thread and category, and its parent follows the Kineto nesting where the two disagree.
 CREATE TABLE trace_ops (
     trace_id      BIGINT NOT NULL REFERENCES traces(trace_id), -- trace file
-    op_id         BIGINT NOT NULL,          -- ET node id, or Kineto event index
+    op_id         BIGINT NOT NULL,          -- ET node id, or Kineto event position in start order (0-based)
     name          VARCHAR NOT NULL,                         -- op name (aten::addmm, c10d::allreduce_, ...)
-    parent_id     BIGINT,                   -- enclosing op (ET ctrl_deps/parent, or Kineto nesting)
-    thread        BIGINT,                   -- tid
-    iteration     INTEGER,                  -- iteration index the op belongs to, when known
-    start_us      DOUBLE,                   -- Kineto timestamp (NULL for ET-only ops)
-    dur_us        DOUBLE,                   -- Kineto duration
-    rf_id         BIGINT,                   -- record-function id linking ET and Kineto
-    category      VARCHAR,                  -- Kineto category ('cpu_op', 'user_annotation', ...) or 'et'
-    is_collective BOOLEAN NOT NULL DEFAULT FALSE,           -- TRUE for communication collectives
-    input_shapes  JSON,                                     -- shapes of the inputs (nested lists)
-    output_shapes JSON,                                     -- shapes of the outputs
-    input_tensors JSON,                     -- [[tensor_id, storage_id, offset, numel, itemsize, device], ...]
+    parent_id     BIGINT,                   -- enclosing op: Kineto nesting on the same thread; ET ctrl_deps unless the linked Kineto nesting disagrees
+    thread        BIGINT,                   -- OS thread id from Kineto (ET rows: that of the linked Kineto op, NULL when unlinked)
+    et_tid        INTEGER,                  -- ET rows: the ET's own thread number (1 = first thread seen); NULL on Kineto rows
+    iteration     INTEGER,                  -- iteration index the op belongs to (ProfilerStep span, or optimizer-step period), NULL outside
+    start_us      DOUBLE,                   -- Kineto timestamp, µs (NULL for unlinked ET ops)
+    dur_us        DOUBLE,                   -- Kineto duration, µs
+    rf_id         BIGINT,                   -- record-function id (ET rf_id; Kineto 'Record function id' when the trace has it)
+    linked_op_id  BIGINT,                   -- the same op in the rank's other trace: ET rows -> Kineto op_id, Kineto rows -> ET node id
+    category      VARCHAR,                  -- Kineto category ('cpu_op', 'user_annotation', 'cuda_runtime', ...); unlinked ET nodes: 'cpu_op', 'user_annotation' or 'et_root'
+    is_collective BOOLEAN NOT NULL DEFAULT FALSE,           -- TRUE for communication collectives (c10d::*, gloo:*, nccl:*, record_param_comms)
+    input_shapes  JSON,                                     -- shapes of the inputs, one entry per argument (nested lists)
+    output_shapes JSON,                                     -- shapes of the outputs (ET only)
+    input_tensors JSON,                     -- [[arg, tensor_id, storage_id, offset, numel, itemsize, device], ...] (ET only; arg = argument position)
     output_tensors JSON,                                    -- output tensor values, same layout as input_tensors
-    attrs         JSON,                     -- op_schema, scalar inputs, other fields
+    attrs         JSON,                     -- op_schema, input/output types, scalar inputs, seq_id, external_id, correlation, ...
     PRIMARY KEY (trace_id, op_id)
 );
 
@@ -262,11 +270,12 @@ CREATE TABLE trace_kernels (
     trace_id     BIGINT NOT NULL REFERENCES traces(trace_id), -- trace file
     kernel_index BIGINT NOT NULL,           -- order in the trace
     name         VARCHAR NOT NULL,                          -- kernel name
-    category     VARCHAR NOT NULL,          -- 'kernel', 'gpu_memcpy', 'gpu_memset'
+    category     VARCHAR NOT NULL,          -- 'kernel', 'gpu_memcpy', 'gpu_memset', 'cuda_sync'
     device       INTEGER,                                   -- device index
     stream       BIGINT,                                    -- CUDA stream id
     correlation  BIGINT,                    -- links to the cuda_runtime launch
-    op_id        BIGINT,                    -- the CPU op that launched it (trace_ops.op_id), when linked
+    op_id        BIGINT,                    -- the innermost CPU op (Kineto trace_ops.op_id) around the launch call, when linked
+    launch_op_id BIGINT,                    -- the launch call itself (Kineto trace_ops.op_id of the cuda_runtime/cuda_driver event)
     launch_name  VARCHAR,                   -- 'cudaLaunchKernel', 'cudaMemcpyAsync', ...
     launch_start_us DOUBLE,                                 -- start of the launch call
     launch_dur_us DOUBLE,                                   -- duration of the launch call (T4)
@@ -276,13 +285,15 @@ CREATE TABLE trace_kernels (
     PRIMARY KEY (trace_id, kernel_index)
 );
 
--- Iteration boundaries found in a trace (ProfilerStep, optimizer annotations).
+-- Complete iterations found in a Kineto trace: the trace's own (profiled) per-iteration times. Either each
+-- ProfilerStep#N annotation, or the period between the ends of consecutive optimizer steps (the partial periods
+-- before the first and after the last marker are not rows).
 CREATE TABLE trace_iterations (
     trace_id  BIGINT NOT NULL REFERENCES traces(trace_id),  -- trace file
-    iteration INTEGER NOT NULL,                             -- iteration index within the trace
-    start_us  DOUBLE NOT NULL,                              -- start timestamp
-    dur_us    DOUBLE NOT NULL,                              -- duration
-    marker    VARCHAR,                      -- the event name that delimits it
+    iteration INTEGER NOT NULL,                             -- iteration index within the trace (trace_ops.iteration)
+    start_us  DOUBLE NOT NULL,                              -- start timestamp, µs
+    dur_us    DOUBLE NOT NULL,                              -- duration, µs
+    marker    VARCHAR,                      -- the event name that delimits it ('ProfilerStep#3', 'Optimizer.step#SGD.step')
     PRIMARY KEY (trace_id, iteration)
 );
 
@@ -293,6 +304,7 @@ CREATE TABLE overhead_versions (
     platform     VARCHAR NOT NULL REFERENCES platforms(name), -- platform the row is tagged with
     semantics    VARCHAR NOT NULL,          -- 'async_device' (T1-T5 from launches) or 'sync_host' (CPU analogue)
     trace_ids    BIGINT[],                  -- traces the samples came from
+    params       JSON,                      -- extraction settings: T1 window (µs), IQR factor, joint Kineto+ET passes included, op scope
     created_at   TIMESTAMP NOT NULL DEFAULT current_timestamp -- when the row was created
 );
 
@@ -302,7 +314,8 @@ CREATE TABLE overhead_samples (
     trace_id  BIGINT NOT NULL REFERENCES traces(trace_id),  -- trace file
     op_name   VARCHAR NOT NULL,             -- op name, or launch API name for T4
     kind      VARCHAR NOT NULL CHECK (kind IN ('T1', 'T2', 'T3', 'T4', 'T5')), -- T1..T5 (method.md section 6)
-    value_us  DOUBLE NOT NULL                               -- the sample
+    op_id     BIGINT,                       -- Kineto trace_ops.op_id of the op the sample belongs to (T4: the launch call)
+    value_us  DOUBLE NOT NULL                               -- the sample, µs (negatives clamped to 0)
 );
 
 -- IQR-filtered overhead statistics per op name and kind.
@@ -318,7 +331,7 @@ CREATE TABLE overheads (
 
 -- Mirror of each MLflow registered model version (kernel, embedding and collective models).
 CREATE TABLE model_versions (
-    name           VARCHAR NOT NULL,        -- 'pmdb.<platform>.<op>.<pass>' or 'pmdb.<platform>.<collective>.ws<N>'
+    name           VARCHAR NOT NULL,        -- 'pmdb.<platform>.<op>.<pass>[.<implementation>][.<dtype>].<cache_state>' or 'pmdb.<platform>.<collective>.ws<N>'
     version        INTEGER NOT NULL,                        -- registry version number
     mlflow_run_id  VARCHAR NOT NULL,                        -- MLflow run that logged the model
     run_id         VARCHAR REFERENCES collection_runs(run_id), -- the pmdb fit run
@@ -327,6 +340,7 @@ CREATE TABLE model_versions (
     pass           VARCHAR,                 -- 'fwd'/'bwd'; NULL for collectives
     world_size     INTEGER,                 -- collectives only
     implementation VARCHAR,                                 -- op implementation the data came from
+    dtype          VARCHAR,                 -- data type of the op rows (kernel models); NULL for collectives
     cache_state    VARCHAR,                 -- which timings it was fitted on ('warm', 'cold', 'device')
     family         VARCHAR NOT NULL,        -- 'roofline', 'mlp', 'gbdt', 'embedding_mlp', 'sigmoid'
     params         JSON,                    -- hyperparameters / fitted parameters
@@ -334,15 +348,18 @@ CREATE TABLE model_versions (
     test_gmae      DOUBLE,                                  -- GMAE on the held-out test split
     test_mape      DOUBLE,                                  -- MAPE on the test split
     test_std       DOUBLE,                                  -- std of |e| on the test split
+    test_error_hist JSON,                   -- test split histogram of e = (predicted - measured) / measured: {"edges", "labels", "counts"}
     n_train        INTEGER,                                 -- training rows
     n_test         INTEGER,                                 -- test rows
+    n_dropped      INTEGER,                 -- rows left out before the split (NaN or non-positive time, missing statistics)
     data_hash      VARCHAR,                 -- sha256 of the training rows
     data_runs      VARCHAR[],               -- collection runs the training rows came from
+    model_uri      VARCHAR,                 -- MLflow logged-model URI (models:/m-...) the version points at
     created_at     TIMESTAMP NOT NULL DEFAULT current_timestamp, -- when the row was created
     PRIMARY KEY (name, version)
 );
 
--- Current aliases ('champion', 'latest') of registered models (mutable; mirrors MLflow).
+-- Current aliases ('champion', 'latest') of registered models (mutable; mirrors MLflow, where 'latest' is implicit).
 CREATE TABLE model_aliases (
     name    VARCHAR NOT NULL,                               -- registered model name
     alias   VARCHAR NOT NULL,                               -- alias name (champion, latest)
@@ -361,13 +378,15 @@ CREATE TABLE predictions (
     mode             VARCHAR NOT NULL CHECK (mode IN ('model', 'replay')), -- model (fitted models) or replay (durations from the trace)
     model_set        VARCHAR,               -- canonical text of the model versions used (name:version,...)
     overhead_version BIGINT REFERENCES overhead_versions(overhead_version), -- overhead table version
-    predicted_us     DOUBLE NOT NULL,       -- max over ranks
+    predicted_us     DOUBLE NOT NULL,       -- steady-state iteration time: two back-to-back iterations minus one (max over ranks)
+    isolated_us      DOUBLE,                -- Algorithm 1's T: one iteration from an idle machine (max over ranks)
     device_active_us DOUBLE,                -- max over ranks of busy time
     baseline_us      DOUBLE,                -- max over streams of summed kernel time
     comm_unoverlapped_frac DOUBLE,          -- share of the iteration where only communication runs
     measured_us      DOUBLE,                -- ground truth copied at prediction time (workload run or trace median)
     per_rank         JSON,                  -- [{"rank":r,"predicted_us":..,"streams":{..}}]
     unmodelled       JSON,                  -- [{"op":name,"count":n,"measured_share":x}]
+    iterations       INTEGER,               -- iterations simulated; predicted_us is their median
     elapsed_s        DOUBLE,                -- wall time of the prediction
     created_at       TIMESTAMP NOT NULL DEFAULT current_timestamp -- when the row was created
 );
@@ -381,44 +400,66 @@ CREATE TABLE prediction_models (
     PRIMARY KEY (prediction_id, name)
 );
 
--- A sharding study: the plans of one task and their predicted (and optionally measured) times.
+-- A sharding study (pmdb shard): the plans of one task, predicted from per-rank traces derived without running
+-- the plans, and with --validate measured too. The studies of one `pmdb shard --study` share a series label.
 CREATE TABLE shard_studies (
     study_id    BIGINT PRIMARY KEY DEFAULT nextval('seq_study_id'), -- study
-    run_id      VARCHAR NOT NULL REFERENCES collection_runs(run_id), -- collection run that wrote the row
-    task_id     BIGINT REFERENCES tasks(task_id),           -- row id
-    platform    VARCHAR NOT NULL REFERENCES platforms(name), -- platform the row is tagged with
+    run_id      VARCHAR NOT NULL REFERENCES collection_runs(run_id), -- collection run that wrote the row (kind 'shard')
+    task_id     BIGINT REFERENCES tasks(task_id),           -- the task studied (NULL for --tables FILE)
+    platform    VARCHAR NOT NULL REFERENCES platforms(name), -- platform whose models and overheads predicted the plans
     world_size  INTEGER NOT NULL,                           -- number of ranks
     batch_size  INTEGER NOT NULL,                           -- batch size (global)
-    trace_origin VARCHAR,                   -- 'derived-from:<trace_set_id>' or 'captured'
+    config      JSON,                       -- the DLRM shape studied (MLP widths; tables with E, D, L, index source)
+    seed        BIGINT,                     -- seed of the inputs and of the random sharder
+    series      VARCHAR,                    -- label shared by the studies of one `pmdb shard --study` (NULL for single studies)
+    trace_origin VARCHAR,                   -- 'derived-from:<trace_set_id>' (an existing trace) or 'captured:<trace_set_id>' (a single-iteration capture made for the study); ';'-joined when plans needed several
+    source_trace_set_id BIGINT REFERENCES trace_sets(trace_set_id), -- the recorded trace set the plans were derived from (the first, when several)
+    capture_s   DOUBLE,                     -- wall seconds of the capture (NULL when derived from an existing trace)
+    predict_s   DOUBLE,                     -- wall seconds deriving and predicting every plan (capture excluded)
     chosen      VARCHAR,                    -- sharder predicted fastest
+    fastest     VARCHAR,                    -- sharder measured fastest (--validate)
+    chosen_slowdown DOUBLE,                 -- measured time of the chosen plan / that of the fastest - 1 (--validate)
+    success     BOOLEAN,                    -- the paper's criterion: the chosen plan is the fastest or within 10% of it (--validate)
+    validate_s  DOUBLE,                     -- wall seconds running every plan for ground truth (--validate)
     created_at  TIMESTAMP NOT NULL DEFAULT current_timestamp -- when the row was created
 );
 
--- The plans of a sharding study: one per sharder, with predicted and (with --validate) measured times.
+-- The plans of a sharding study: one per sharder or plan file, with predicted and (with --validate) measured times.
 CREATE TABLE shard_plans (
     study_id      BIGINT NOT NULL REFERENCES shard_studies(study_id), -- the sharding study
-    sharder       VARCHAR NOT NULL,                         -- sharder name, or a plan file label
-    plan          JSON NOT NULL,            -- table index -> rank
+    sharder       VARCHAR NOT NULL,                         -- sharder name, or 'file:<stem>' for a plan file
+    plan          JSON NOT NULL,            -- table index -> rank (a list, one rank per table)
+    position      INTEGER,                  -- 1 = predicted fastest
+    loads         JSON,                     -- per rank: {"rank", "tables", "indices" (lookups per batch), "total_dim" (sum of D), "comm_bytes" (all_to_all message sizes, forward and backward)}
     predicted_us  DOUBLE,                                   -- predicted per-iteration time of the plan
     prediction_id BIGINT REFERENCES predictions(prediction_id), -- prediction
-    workload_run_id VARCHAR REFERENCES workload_runs(run_id), -- set with --validate
-    measured_us   DOUBLE,                                   -- measured per-iteration time of the plan (--validate)
-    predict_s     DOUBLE,                   -- wall time of the prediction
+    workload_run_id VARCHAR REFERENCES workload_runs(run_id), -- set with --validate: the last round's run
+    measured_us   DOUBLE,                   -- with --validate: median over every round's iterations of the slowest rank's time
+    measured_runs VARCHAR[],                -- with --validate: every ground-truth run of the plan (one per round)
+    measured_spread DOUBLE,                 -- with --validate: (max - min) / median of the per-round times
+    predict_s     DOUBLE,                   -- wall time of deriving and predicting this plan, seconds
     PRIMARY KEY (study_id, sharder)
 );
 
--- Analytical planner studies (pmdb plan) and their ranked configurations.
+-- Analytical planner studies (pmdb plan, pmdb plan sweep): one search of one model on one system and GPU count.
 CREATE TABLE plan_studies (
     study_id     BIGINT PRIMARY KEY DEFAULT nextval('seq_plan_study_id'), -- study
-    run_id       VARCHAR NOT NULL REFERENCES collection_runs(run_id), -- collection run that wrote the row
-    model        JSON NOT NULL,             -- transformer shape
-    system       JSON NOT NULL,             -- system description used
-    system_name  VARCHAR NOT NULL,                          -- system label (h100, a100, ..., or a platform)
+    run_id       VARCHAR NOT NULL REFERENCES collection_runs(run_id), -- collection run that wrote the row (kind 'plan')
+    model_name   VARCHAR NOT NULL,                          -- preset name or model file stem
+    model        JSON NOT NULL,             -- transformer shape (planner.model.Transformer fields)
+    system       JSON NOT NULL,             -- system description used (planner.system.System fields, with provenance)
+    system_name  VARCHAR NOT NULL,                          -- system label (h100, a100@nvs64, platform:NAME, ...)
+    platform     VARCHAR REFERENCES platforms(name), -- the platform whose measured peaks made the system; NULL for spec sheets
+    nvlink_domain INTEGER NOT NULL,                         -- GPUs per NVLink domain used by the search
     gpus         INTEGER NOT NULL,                          -- number of GPUs
     global_batch INTEGER NOT NULL,                          -- global batch size (sequences)
     strategy     VARCHAR NOT NULL,                          -- 1d, summa, context or all
+    framework    JSON NOT NULL,             -- framework settings (planner.candidates.Framework: dtype, SP, fused attention, overlaps)
     calibrated   BOOLEAN NOT NULL DEFAULT FALSE,            -- TRUE when fitted models replaced the ideal formulas
+    model_usage  JSON,                      -- per op family ('gemm', 'all_reduce', ...): evaluations timed by each source ('roofline', 'ring', 'calibrated')
     evaluated    BIGINT,                    -- configurations evaluated
+    feasible     BIGINT,                    -- configurations that fit in memory
+    min_memory_bytes DOUBLE,                -- smallest per-GPU memory over all configurations (why nothing fits, when nothing does)
     elapsed_s    DOUBLE,                                    -- wall time of the search, seconds
     created_at   TIMESTAMP NOT NULL DEFAULT current_timestamp -- when the row was created
 );
@@ -427,10 +468,27 @@ CREATE TABLE plan_studies (
 CREATE TABLE plan_configs (
     study_id     BIGINT NOT NULL REFERENCES plan_studies(study_id), -- the planner study
     position     INTEGER NOT NULL,          -- 1 = fastest
-    config       JSON NOT NULL,             -- parallel dimensions, micro-batches, recomputation, placement
+    strategy     VARCHAR NOT NULL,          -- 1d, summa or context
+    config       JSON NOT NULL,             -- parallel dimensions, micro-batches, panels, recomputation, distributed optimizer, NVLink placement
     time_s       DOUBLE NOT NULL,           -- per iteration, seconds
     throughput   DOUBLE,                    -- samples per second
-    memory_bytes DOUBLE,                    -- per GPU
-    breakdown    JSON,                      -- seconds per component (compute, memory, comm per type, bubble)
+    memory_bytes DOUBLE,                    -- per GPU (fullest pipeline stage)
+    memory       JSON,                      -- bytes per GPU: weights, gradients, optimizer, activations
+    breakdown    JSON,                      -- seconds per component (compute, memory, overhead, *_comm, bubble, optimizer); sums to time_s
     PRIMARY KEY (study_id, position)
+);
+
+-- pmdb plan validate: measured runs predicted with their given parallelism (no search).
+CREATE TABLE plan_validations (
+    run_id       VARCHAR NOT NULL REFERENCES collection_runs(run_id), -- collection run that wrote the row (kind 'plan-validate')
+    row_index    INTEGER NOT NULL,          -- 0-based data row of the input file
+    source_file  VARCHAR NOT NULL,          -- path of the input file as given
+    system_name  VARCHAR NOT NULL,                          -- system description used
+    framework    VARCHAR NOT NULL,                          -- framework preset used (e.g. megatron-deepspeed)
+    config       JSON NOT NULL,             -- the run as read: GPUs, batch sizes, model shape, tp/dp/pp
+    measured_s   DOUBLE NOT NULL,           -- measured iteration time, seconds
+    predicted_s  DOUBLE NOT NULL,           -- predicted iteration time, seconds
+    rel_error    DOUBLE NOT NULL,           -- (predicted - measured) / measured
+    breakdown    JSON,                      -- predicted seconds per component
+    PRIMARY KEY (run_id, row_index)
 );

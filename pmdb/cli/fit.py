@@ -10,7 +10,7 @@ fit_app = typer.Typer(help="Fit models (kernel, embedding, collective) and CPU o
 
 # Modules with ``register(fit_app)``: the kernel-model fitter registers the group's callback (`pmdb fit [--op ...]`),
 # other modules add subcommands (`pmdb fit overheads`).
-FIT_MODULES: list[str] = []
+FIT_MODULES: list[str] = ["pmdb.cli.fit_overheads", "pmdb.cli.fit_models"]
 
 
 def register(app: typer.Typer) -> None:

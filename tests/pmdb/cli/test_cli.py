@@ -80,12 +80,40 @@ def test_user_mistakes_give_one_line_and_exit_2(tmp_path, args, pattern):
     assert_one_line_error(pmdb(home, *args, check=False), pattern)
 
 
-def test_every_command_has_help(tmp_path):
-    top = pmdb(tmp_path, "--help").stdout
-    commands = re.findall(r"│ (\w[\w-]*)\s{2,}", top.split("Commands")[1])
-    assert {"init", "platform", "status", "runs", "sql", "demo"} <= set(commands)
-    for command in commands:
-        assert "Usage" in pmdb(tmp_path, command, "--help").stdout
+def _subcommands(command, prefix=()):
+    """Every (sub)command path of the click command tree."""
+    yield prefix
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _subcommands(sub, prefix + (name,))
+
+
+def test_every_command_has_help(capsys):
+    import typer
+
+    from pmdb.cli.main import app, main
+    paths = list(_subcommands(typer.main.get_command(app)))
+    names = {p[0] for p in paths if p}
+    assert {"init", "platform", "status", "runs", "sql", "quickstart"} <= names
+    for path in paths:
+        assert main([*path, "--help"]) == 0, path  # in-process: one interpreter for all commands
+        out = capsys.readouterr().out
+        assert "Usage" in out, path
+
+
+def test_every_command_and_option_explains_itself():
+    import typer
+
+    from pmdb.cli.main import app
+    missing = []
+    for path in _subcommands(typer.main.get_command(app)):
+        command = typer.main.get_command(app)
+        for name in path:
+            command = command.commands[name]
+        if path and not (command.help or "").strip():
+            missing.append(" ".join(path))
+        missing += [f"{' '.join(path)} --{p.name}" for p in command.params
+                    if getattr(p, "param_type_name", "") == "option" and not (p.help or "").strip()]
+    assert missing == []
 
 
 def test_locked_store_names_the_holder(tmp_path):
@@ -110,6 +138,19 @@ def test_readme_gives_the_two_commands_and_makefile_has_them():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_demo_command_runs_on_a_fresh_workspace(tmp_path):
-    out = pmdb(tmp_path / "fresh", "demo").stdout
-    assert "created workspace" in out and "platform" in out
+def test_quickstart_lists_its_steps_and_refuses_unknown_ones(tmp_path):
+    listed = pmdb(tmp_path / "fresh", "quickstart", "--list").stdout
+    for step in ("ops", "comms", "dlrm-ws1", "dlrm-ws2-naive", "gpt2-ws1", "bert-ws1", "xlnet-ws1", "fit", "predict"):
+        assert step in listed
+    assert_one_line_error(pmdb(tmp_path / "fresh", "quickstart", "--only", "nope", check=False), "unknown quickstart")
+
+
+def test_quickstart_step_failure_keeps_going_later_and_completed_steps_are_reused(tmp_path):
+    from pmdb.cli import quickstart
+    from pmdb.config import Workspace
+    home = tmp_path / "fresh"
+    failed = pmdb(home, "quickstart", "--only", "overheads", check=False)  # no traces yet: the step must fail
+    assert failed.returncode == 2 and "run `pmdb quickstart` again to resume" in failed.stderr
+    assert not quickstart._done(Workspace(home), "overheads")
+    quickstart._mark_done(Workspace(home), "ops", 1.0)
+    assert "done before, reused" in pmdb(home, "quickstart", "--only", "ops").stdout

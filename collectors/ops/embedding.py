@@ -1,0 +1,160 @@
+"""The batched embedding lookup (op 'embedding_lookup'), recorded for two implementations: FBGEMM's TBE
+('fbgemm_tbe') and torch EmbeddingBag ('torch_embedding_bag'). Backward includes the optimizer (fused for FBGEMM).
+
+A config is {"B", "E": [...], "D": [...], "L": [...] (target pooling per table), "sources": [...] (index source spec
+per table), "seed", "optimizer"}. The indices of the measured batch are generated from it (seeded), and the stored
+params are B, T and per table E, D and the *measured* mean pooling L; the 17 reuse factors of each table's indices go
+to embedding_batch_stats (see ``Built.stats``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from collectors.embedding.indices import DatasetSource, make_source
+from collectors.embedding.reuse import reuse_factors
+from collectors.embedding.tbe import IMPLEMENTATIONS, make_lookup, to_tensors
+from collectors.ops.registry import QUICK_COUNT, Axis, BuildContext, Built, OpSpec, register
+from pmdb.errors import PmdbError
+
+SHARED_DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "dlrm_datasets"
+HEAVY_POOLING = 20.0  # method.md section 5: heavy tables have mean L >= 20
+DEFAULT_COUNT = 320
+LARGE_COUNT = 60
+_CONFIG_KEYS = {"B", "E", "D", "L", "sources", "seed", "optimizer"}
+
+# (B choices, T range, E range, D choices, L range, bound on estimated µs, bound on table bytes)
+_RANGES = {
+    "default": ((64, 128, 256, 512, 1024, 2048), (1, 8), (1_000, 500_000), (8, 16, 32, 64, 128), (1.0, 100.0),
+                2_000.0, 32 * 2 ** 20),
+    "large": ((1024, 2048, 4096, 8192), (4, 32), (100_000, 10_000_000), (32, 64, 128, 256), (1.0, 200.0),
+              400_000.0, 8 * 2 ** 30),
+}
+
+
+def default_sources() -> list[str]:
+    """uniform, two Zipf exponents and, when the shared DLRM statistics are present, their first entries."""
+    sources = ["uniform", "zipf:1.05", "zipf:1.2"]
+    for stats in sorted(SHARED_DATASETS.glob("*/locality_stats.txt")):
+        sources.append(f"locality:{stats}")
+    return sources
+
+
+def _lookups(c: dict[str, Any]) -> float:
+    return c["B"] * float(np.dot(c["L"], c["D"]))
+
+
+def _flops(c: dict[str, Any]) -> float:
+    return _lookups(c)
+
+
+def _bytes_moved(c: dict[str, Any]) -> float:
+    return 4.0 * (_lookups(c) + c["B"] * sum(c["D"])) + 8.0 * c["B"] * sum(c["L"])
+
+
+def _memory(c: dict[str, Any]) -> float:
+    tables = 4.0 * float(np.dot(c["E"], c["D"]))
+    state = tables if c.get("optimizer", "exact_sgd") == "exact_adagrad" else 0.0
+    return tables + state + 3 * _bytes_moved(c)
+
+
+def _draw(rng: np.random.Generator, which: str, sources: list[str], seed: int, optimizer: str) -> dict[str, Any]:
+    b_choices, (t_lo, t_hi), (e_lo, e_hi), d_choices, (l_lo, l_hi), _, _ = _RANGES[which]
+    tables = int(rng.integers(t_lo, t_hi + 1))
+    heavy = rng.random(tables) < 0.5
+    light_l = np.exp(rng.uniform(np.log(l_lo), np.log(HEAVY_POOLING), tables))
+    heavy_l = np.exp(rng.uniform(np.log(HEAVY_POOLING), np.log(l_hi), tables))
+    return {"B": int(rng.choice(b_choices)),
+            "E": [int(round(np.exp(v))) for v in rng.uniform(np.log(e_lo), np.log(e_hi), tables)],
+            "D": [int(rng.choice(d_choices)) for _ in range(tables)],
+            "L": [round(float(v), 2) for v in np.where(heavy, heavy_l, light_l)],
+            "sources": [sources[int(rng.integers(len(sources)))] for _ in range(tables)],
+            "seed": seed, "optimizer": optimizer}
+
+
+def _fits(spec: OpSpec, c: dict[str, Any], which: str) -> bool:
+    *_, bound_us, table_bytes = _RANGES[which]
+    return spec.estimate_us(c) <= bound_us and 4.0 * float(np.dot(c["E"], c["D"])) <= table_bytes
+
+
+def make_configs(spec: OpSpec, sweep: str, rng: np.random.Generator, sample: int, *,
+                 sources: list[str] | None = None, optimizer: str = "exact_sgd") -> list[dict[str, Any]]:
+    """Embedding configs: 'default'/'quick'/'large' draw from a fixed seed (the same configs every time, so a sweep
+    resumes), 'random' from ``rng``."""
+    sources = sources or default_sources()
+    which = "large" if sweep in ("large", "random") else "default"
+    count = {"default": DEFAULT_COUNT, "quick": QUICK_COUNT, "large": LARGE_COUNT}.get(sweep, sample)
+    draw_rng = rng if sweep == "random" else np.random.default_rng(20240 + (sweep == "large"))
+    out: list[dict[str, Any]] = []
+    attempts = 0
+    while len(out) < count and attempts < 200 * max(count, 1):
+        attempts += 1
+        config = _draw(draw_rng, which, sources, seed=attempts, optimizer=optimizer)
+        if _fits(spec, config, which):
+            out.append(config)
+    return out
+
+
+def check_config(given: dict[str, Any], *, sources: list[str] | None = None,
+                 optimizer: str = "exact_sgd") -> dict[str, Any]:
+    """Validate an explicit embedding config: B and equally long E, D, L lists (sources default to 'uniform')."""
+    unknown = sorted(set(given) - _CONFIG_KEYS)
+    if unknown:
+        raise PmdbError(f"embedding_lookup: unknown parameter(s) {', '.join(unknown)} "
+                        f"(parameters: B, E, D, L as lists per table, optional sources, seed, optimizer)")
+    missing = [k for k in ("B", "E", "D", "L") if k not in given]
+    if missing:
+        raise PmdbError(f"embedding_lookup: missing parameter(s) {', '.join(missing)}")
+    tables = given["E"] if isinstance(given["E"], list) else None
+    if not tables or any(not isinstance(given[k], list) or len(given[k]) != len(tables) for k in ("D", "L")):
+        raise PmdbError("embedding_lookup: E, D and L must be lists with one value per table")
+    ints = [given["B"], *given["E"], *given["D"]]
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 1 or v != int(v) for v in ints):
+        raise PmdbError("embedding_lookup: B, E and D must be positive integers")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in given["L"]):
+        raise PmdbError("embedding_lookup: pooling factors L must be positive numbers")
+    chosen = given.get("sources") or [(sources or ["uniform"])[0]] * len(tables)
+    if len(chosen) != len(tables):
+        raise PmdbError("embedding_lookup: give one index source per table")
+    for spec in set(chosen):
+        make_source(spec, 0)  # raises a clear error for a bad spec
+    return {"B": int(given["B"]), "E": [int(v) for v in given["E"]], "D": [int(v) for v in given["D"]],
+            "L": [float(v) for v in given["L"]], "sources": list(chosen), "seed": int(given.get("seed", 0)),
+            "optimizer": given.get("optimizer", optimizer)}
+
+
+def build(c: dict[str, Any], ctx: BuildContext) -> Built:
+    rng = np.random.default_rng([c["seed"], ctx.seed])
+    per_table, stats = [], []
+    for t, (rows, dim, pooling, spec) in enumerate(zip(c["E"], c["D"], c["L"], c["sources"])):
+        source = make_source(spec, ctx.seed)
+        indices, lengths = source.batch(rows, c["B"], pooling, rng)
+        label = source.label
+        if isinstance(source, DatasetSource) and source.table is None:
+            label = f"{label}:{source.last_table}"
+        per_table.append((indices, lengths))
+        stats.append({"table_index": t, "batch_size": c["B"], "num_rows": rows, "dim": dim,
+                      "pooling_mean": float(lengths.mean()), "reuse_factors": reuse_factors(indices).tolist(),
+                      "index_source": label, "optimizer": c["optimizer"]})
+    indices, offsets = to_tensors(per_table, ctx.device)
+    lookup = make_lookup(list(zip(c["E"], c["D"])), ctx.implementation, ctx.device, c["optimizer"], ctx.lr, ctx.seed)
+    params = {"B": c["B"], "T": len(c["E"]), "E": list(c["E"]), "D": list(c["D"]),
+              "L": [s["pooling_mean"] for s in stats]}
+    out = lookup(indices, offsets)
+    grad = torch.ones_like(out)
+
+    def bwd() -> None:
+        out.backward(grad, retain_graph=True)
+
+    return Built(lambda: lookup(indices, offsets), bwd, params, stats, keep=(lookup, out, grad, indices, offsets))
+
+
+register(OpSpec(
+    name="embedding_lookup", family="embedding",
+    axes=(Axis("B", (), (), 1, 65536),),
+    build=build, flops=_flops, bytes_moved=_bytes_moved, memory=_memory,
+    implementations=IMPLEMENTATIONS, default_count=DEFAULT_COUNT,
+    make_configs=make_configs, check_config=check_config))

@@ -1,0 +1,267 @@
+"""The resumable microbenchmark sweep behind ``pmdb collect ops``.
+
+For every op (and implementation) the configs of the chosen sweep are planned; configs already measured on this
+platform in a completed run (same config_key and cache state) are skipped unless ``force``. Each remaining config
+is built once and timed per pass and cache state; rows go to the store in batches as the sweep runs. A config over
+the memory cap, or one that runs out of memory, is stored as skipped with its reason and the sweep goes on.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from collectors.ops import registry
+from collectors.ops.kernels import kernel_breakdown
+from collectors.ops.registry import BuildContext, OpSpec, canonical, thin
+from collectors.ops.summary import SweepSummary
+from collectors.ops.timer import CacheFlusher, TimerSettings, measure, timing_environment
+from collectors.ops.writer import BatchWriter
+from pmdb.errors import PmdbError
+from pmdb.store import Run, Store
+
+PASSES = {"fwd": ("fwd",), "bwd": ("bwd",), "both": ("fwd", "bwd")}
+CACHES = {"warm": ("warm",), "cold": ("cold",), "both": ("warm", "cold")}
+DTYPES = {"float32": torch.float32}
+# One intra-op thread: what each rank of a multi-rank CPU run uses (environment.md), and on a shared 2-core machine
+# two threads make every parallel op wait a scheduler slice whenever the other core is busy. None keeps torch's.
+DEFAULT_THREADS = 1
+_OOM = re.compile(r"out of memory|can't allocate memory|not enough memory|cannot allocate", re.IGNORECASE)
+
+
+def default_memory_cap() -> int:
+    """A quarter of host memory, at most 8 GiB (bytes)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            total = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemTotal:"))
+    except (OSError, StopIteration):
+        total = 16 * 2 ** 30
+    return int(min(8 * 2 ** 30, total // 4))
+
+
+def parse_bytes(text: str) -> int:
+    """'4GiB', '512MB', '1.5G', '1000000' -> bytes (K/M/G/T/P are powers of 1000 with B, of 1024 with iB or alone)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([kKmMgGtTpP]?)(i?)([bB]?)\s*", str(text))
+    if not match:
+        raise PmdbError(f"bad size {text!r}: use a number of bytes or e.g. 512MiB, 4GiB, 2GB")
+    number, prefix, binary, unit = match.groups()
+    power = "kmgtp".find(prefix.lower()) + 1 if prefix else 0
+    base = 1000 if (unit and not binary) else 1024
+    value = int(float(number) * base ** power)
+    if value <= 0:
+        raise PmdbError(f"bad size {text!r}: must be > 0")
+    return value
+
+
+@dataclass
+class SweepOptions:
+    """What ``pmdb collect ops`` asked for (see the command's --help for each)."""
+
+    ops: list[str] | None = None
+    passes: str = "both"
+    sweep: str = "default"
+    sample: int = 100
+    seed: int = 0
+    budget_s: float | None = None
+    force: bool = False
+    kernels: bool = False
+    memory_cap: int = field(default_factory=default_memory_cap)
+    cache: str = "both"
+    max_configs: int | None = None
+    threads: int | None = DEFAULT_THREADS
+    sources: list[str] | None = None
+    optimizer: str = "exact_sgd"
+    lr: float = 0.01
+    configs: list[dict[str, Any]] | None = None
+    dtype: str = "float32"
+    settings: TimerSettings = field(default_factory=TimerSettings)
+    flush_every_s: float = 5.0
+
+    def validate(self) -> None:
+        if self.passes not in PASSES:
+            raise PmdbError(f"bad --pass {self.passes!r}: use fwd, bwd or both")
+        if self.cache not in CACHES:
+            raise PmdbError(f"bad --cache {self.cache!r}: use warm, cold or both")
+        if self.sweep not in registry.SWEEPS:
+            raise PmdbError(f"bad --sweep {self.sweep!r}: use {', '.join(registry.SWEEPS)}")
+        if self.dtype not in DTYPES:
+            raise PmdbError(f"bad dtype {self.dtype!r}: use {', '.join(DTYPES)}")
+        for name, value in (("--sample", self.sample), ("--max-configs", self.max_configs),
+                            ("--threads", self.threads)):
+            if value is not None and value < 1:
+                raise PmdbError(f"bad {name} {value}: must be >= 1")
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise PmdbError("bad --budget-minutes: must be > 0")
+        if self.configs and (not self.ops or len(self.ops) != 1):
+            raise PmdbError("--config needs exactly one --op")
+
+
+@dataclass
+class Item:
+    """One config of one op implementation, with the (pass, cache state) pairs still to measure."""
+
+    spec: OpSpec
+    implementation: str
+    config: dict[str, Any]
+    keys: dict[str, str]
+    todo: list[tuple[str, str]]
+
+
+def config_key(op: str, pass_: str, implementation: str, dtype: str, threads: int, config: dict[str, Any]) -> str:
+    """sha256 of the canonical (op, pass, implementation, dtype, threads, config): the resume key."""
+    text = canonical({"op": op, "pass": pass_, "implementation": implementation, "dtype": dtype,
+                      "threads": threads, "config": config})
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _device(store: Store, platform: str) -> torch.device:
+    kind = store.scalar("SELECT device_kind FROM platforms WHERE name = ?", [platform])
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise PmdbError(f"platform {platform} is a CUDA platform but no CUDA device is visible here")
+        return torch.device("cuda:0")
+    return torch.device("cpu")
+
+
+def _op_configs(spec: OpSpec, options: SweepOptions, rng: np.random.Generator) -> list[dict[str, Any]]:
+    extra = {"sources": options.sources, "optimizer": options.optimizer} if spec.make_configs else {}
+    if options.configs:
+        return [spec.check(c, **extra) for c in options.configs]
+    configs = spec.configs(options.sweep, rng, options.sample, **extra)
+    return thin(configs, options.max_configs, options.seed) if options.max_configs else configs
+
+
+def plan(store: Store, platform: str, options: SweepOptions, device: torch.device) -> tuple[list[Item], int]:
+    """Items still to measure and how many configs were already measured (skipped for resume)."""
+    specs = registry.load()
+    names = options.ops or list(specs)
+    for name in names:
+        registry.get(name)
+    caches = ("device",) if device.type == "cuda" else CACHES[options.cache]
+    threads = torch.get_num_threads()
+    items, resumed = [], 0
+    for name in names:
+        spec = specs[name]
+        rng = np.random.default_rng([options.seed, zlib.crc32(name.encode())])  # per op: independent of --op order
+        passes = [p for p in PASSES[options.passes] if p in spec.passes_on(device.type)]
+        if not passes:
+            continue
+        done = set() if options.force else set(store.conn.execute(
+            "SELECT DISTINCT config_key, cache_state FROM v_op_measurements WHERE platform = ? AND op = ?",
+            [platform, name]).fetchall())
+        for config in _op_configs(spec, options, rng):
+            for implementation in spec.implementations:
+                keys = {p: config_key(name, p, implementation, options.dtype, threads, config) for p in passes}
+                todo = [(p, c) for p in passes for c in caches if (keys[p], c) not in done]
+                if todo:
+                    items.append(Item(spec, implementation, config, keys, todo))
+                else:
+                    resumed += 1
+    return items, resumed
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(exc, RuntimeError) and bool(_OOM.search(str(exc))))
+
+
+class Sweep:
+    """Runs the planned items into the store under one collection run."""
+
+    def __init__(self, store: Store, run: Run, platform: str, options: SweepOptions):
+        options.validate()
+        self._threads_before = torch.get_num_threads()
+        if options.threads:
+            torch.set_num_threads(options.threads)
+        self.store, self.run, self.platform, self.options = store, run, platform, options
+        self.device = _device(store, platform)
+        self.writer = BatchWriter(store, run.run_id, options.flush_every_s)
+        self.summary = SweepSummary(options.sweep, self.device.type, timing_environment(),
+                                    options.settings.as_dict(), options.memory_cap)
+        needs_cold = self.device.type == "cpu" and "cold" in CACHES[options.cache]
+        self.flusher = CacheFlusher(options.settings.flush_bytes) if needs_cold else None
+
+    def _base_row(self, item: Item, pass_: str, cache: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {"platform": self.platform, "op": item.spec.name, "pass": pass_, "implementation": item.implementation,
+                "dtype": self.options.dtype, "device": str(self.device), "cache_state": cache, "params": params,
+                "config_key": item.keys[pass_], "threads": torch.get_num_threads()}
+
+    def _skip(self, item: Item, todo: list[tuple[str, str]], reason: str, kind: str) -> None:
+        params = {k: v for k, v in item.config.items() if k not in ("sources", "optimizer")}
+        for pass_, cache in todo:
+            self.writer.add({**self._base_row(item, pass_, cache, params), "skipped": reason[:500]})
+        self.summary.skipped(item.spec.name, kind, reason)
+
+    def _measure(self, item: Item) -> None:
+        ctx = BuildContext(self.device, DTYPES[self.options.dtype], self.options.seed, self.options.optimizer,
+                           self.options.lr, item.implementation)
+        need = item.spec.memory(item.config)
+        if need > self.options.memory_cap:
+            self._skip(item, item.todo, f"memory cap: needs ~{need / 2**20:.0f} MiB > cap "
+                                        f"{self.options.memory_cap / 2**20:.0f} MiB", "memory_cap")
+            return
+        todo = list(item.todo)
+        warmed: set[str] = set()
+        try:
+            built = item.spec.build(item.config, ctx)
+            while todo:
+                pass_, cache = todo[0]
+                fn = built.fwd if pass_ == "fwd" else built.bwd
+                timing = measure(fn, cache, self.options.settings, self.device, self.flusher,
+                                 0 if pass_ in warmed else None)
+                warmed.add(pass_)
+                kernels = kernel_breakdown(fn, self.device) if self.options.kernels else None
+                self.writer.add({**self._base_row(item, pass_, cache, built.params), "median_us": timing.median_us,
+                                 "mean_us": timing.mean_us, "std_us": timing.std_us, "min_us": timing.min_us,
+                                 "repetitions": timing.repetitions, "warmup": timing.warmup, "kernels": kernels},
+                                built.stats)
+                self.summary.measured(item.spec.name, item.implementation, pass_, cache, timing)
+                todo.pop(0)
+        except Exception as exc:  # noqa: BLE001 - one bad config must not end a long sweep; it is recorded
+            kind = "oom" if _is_oom(exc) else "error"
+            self._skip(item, todo, f"{'out of memory' if kind == 'oom' else 'error'}: "
+                                   f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}",
+                       kind)
+        finally:
+            built = None  # noqa: F841 - free the tensors before the next config
+
+    def execute(self, progress: bool = True) -> dict[str, Any]:
+        """Plan and run; returns the run summary (also kept in ``run.summary`` as the sweep goes)."""
+        started = time.monotonic()
+        items, resumed = plan(self.store, self.platform, self.options, self.device)
+        self.summary.planned(len(items), resumed)
+        self.run.summary = self.summary.as_dict()
+        bar = tqdm(items, total=len(items), unit="config", disable=not progress, dynamic_ncols=True,
+                   desc="collect ops")
+        try:
+            for item in bar:
+                if self.options.budget_s is not None and time.monotonic() - started > self.options.budget_s:
+                    self.summary.stopped = "budget"
+                    break
+                bar.set_postfix_str(f"{item.spec.name}/{item.implementation}", refresh=False)
+                self._measure(item)
+                self.summary.configs_done += 1
+                if not self.writer.pending:
+                    self._sync(started)
+        except KeyboardInterrupt:
+            self.summary.stopped = "interrupted"
+            raise
+        finally:
+            bar.close()
+            self.writer.flush()
+            self._sync(started)
+            torch.set_num_threads(self._threads_before)
+        return self.run.summary
+
+    def _sync(self, started: float) -> None:
+        self.summary.wall_s = time.monotonic() - started
+        self.summary.rows_written = self.writer.rows_written
+        self.summary.stats_rows_written = self.writer.stats_written
+        self.run.summary = self.summary.as_dict()

@@ -1,0 +1,72 @@
+"""Batched writes of op measurements (and their embedding statistics) while a sweep runs.
+
+Rows are written every ``every_s`` seconds or ``max_rows`` rows, so an interruption loses at most one batch. A batch
+is written with Ctrl-C/SIGTERM held back until it is in the store, so a measurement never lands without its
+embedding statistics.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from typing import Any, Iterator
+
+from pmdb.store import Store
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the block ends, then raise KeyboardInterrupt if one came (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        raise KeyboardInterrupt
+
+
+class BatchWriter:
+    """Collects op_measurements rows (each with optional embedding_batch_stats rows) and writes them in batches."""
+
+    def __init__(self, store: Store, run_id: str, every_s: float = 5.0, max_rows: int = 500):
+        self.store = store
+        self.run_id = run_id
+        self.every_s = every_s
+        self.max_rows = max_rows
+        self.pending: list[tuple[dict[str, Any], list[dict[str, Any]] | None]] = []
+        self.rows_written = 0
+        self.stats_written = 0
+        self._last = time.monotonic()
+
+    def add(self, row: dict[str, Any], stats: list[dict[str, Any]] | None = None) -> None:
+        self.pending.append((row, stats))
+        if len(self.pending) >= self.max_rows or time.monotonic() - self._last >= self.every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        with deferred_interrupts():
+            batch, self.pending = self.pending, []
+            ids = [r[0] for r in self.store.conn.execute(
+                "SELECT nextval('seq_measurement_id') FROM range(?)", [len(batch)]).fetchall()]
+            rows, stats_rows = [], []
+            for measurement_id, (row, stats) in zip(ids, batch):
+                rows.append({**row, "measurement_id": measurement_id, "run_id": self.run_id})
+                for stat in stats or ():
+                    stats_rows.append({**stat, "measurement_id": measurement_id, "run_id": self.run_id})
+            self.store.insert("op_measurements", rows)
+            if stats_rows:
+                self.store.insert("embedding_batch_stats", stats_rows)
+            self.rows_written += len(rows)
+            self.stats_written += len(stats_rows)
+            self._last = time.monotonic()

@@ -1,0 +1,72 @@
+"""Trace files: reading (plain or gzipped JSON, malformed files refused) and content-addressed storage under the
+workspace's ``artifacts/traces/<sha256>.json.gz`` (sha256 of the uncompressed content)."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pmdb.config import Workspace
+from pmdb.errors import PmdbError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """A trace file read into memory: its parsed JSON, raw (uncompressed) bytes and their sha256."""
+
+    path: Path
+    raw: bytes
+    doc: Any
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.raw).hexdigest()
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.raw)
+
+
+def read_trace_file(path: str | os.PathLike) -> TraceFile:
+    """Read a .json or .json.gz trace (gzip is detected by content); refuse missing, empty or non-JSON files."""
+    path = Path(path)
+    if not path.is_file():
+        raise PmdbError(f"no such trace file: {path}")
+    data = path.read_bytes()
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise PmdbError(f"{path}: corrupt gzip data ({exc})") from None
+    if not data.strip():
+        raise PmdbError(f"{path}: the file is empty")
+    try:
+        doc = json.loads(data)
+    except UnicodeDecodeError:
+        raise PmdbError(f"{path}: binary content, not JSON (protobuf Chakra traces are not supported)") from None
+    except json.JSONDecodeError as exc:
+        raise PmdbError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(doc, dict):
+        raise PmdbError(f"{path}: a trace must be a JSON object, found a {type(doc).__name__}")
+    return TraceFile(path, data, doc)
+
+
+def store_artifact(workspace: Workspace, trace: TraceFile) -> str:
+    """Write the trace gzipped under artifacts/traces/ (once per content); returns its path relative to the
+    workspace."""
+    relative = Path("artifacts") / "traces" / f"{trace.sha256}.json.gz"
+    target = workspace.home / relative
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".tmp{os.getpid()}")
+        with gzip.open(tmp, "wb", compresslevel=6) as fh:
+            fh.write(trace.raw)
+        tmp.replace(target)
+    return str(relative)

@@ -1,0 +1,91 @@
+"""Versioned format configs: one JSON file per Kineto schemaVersion (``kineto_<v>.json``) and per execution-trace
+schema (``et_<v>.json``), plus ``common.json`` (format-independent meaning of names).
+
+A config maps the parser's logical fields to the field names (dotted paths) of that version, so one parser per
+format reads every version; supporting a new version that only renames or moves fields is a new JSON file here.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pmdb.errors import PmdbError
+
+HERE = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=None)
+def _configs(fmt: str) -> dict[str, dict[str, Any]]:
+    found = {}
+    for path in sorted(HERE.glob(f"{fmt}_*.json")):
+        cfg = json.loads(path.read_text())
+        found[str(cfg["version"])] = cfg
+    return found
+
+
+def known_versions(fmt: str) -> list[str]:
+    """Supported versions of ``fmt`` ('kineto' or 'et')."""
+    return list(_configs(fmt))
+
+
+def config(fmt: str, version: Any, where: str) -> dict[str, Any]:
+    """The config of ``fmt`` at ``version``; an unknown or missing version is refused naming the file."""
+    if version is None:
+        raise PmdbError(f"{where}: the {fmt_label(fmt)} has no schema version field; "
+                        f"supported versions: {', '.join(known_versions(fmt))}")
+    cfg = _configs(fmt).get(str(version))
+    if cfg is None:
+        raise PmdbError(f"{where}: unknown {fmt_label(fmt)} schema {version!r}; "
+                        f"supported: {', '.join(known_versions(fmt))}")
+    return cfg
+
+
+def fmt_label(fmt: str) -> str:
+    return {"kineto": "Kineto trace", "et": "execution trace"}.get(fmt, fmt)
+
+
+@dataclass(frozen=True)
+class Common:
+    """Format-independent meaning of event categories and op names (``common.json``)."""
+
+    categories: dict[str, frozenset[str]]
+    collective_ops: re.Pattern
+    collective_kernels: re.Pattern
+    markers: tuple[tuple[re.Pattern, str], ...]
+    et_root_prefix: str
+    written_inputs: dict[str, tuple[int, ...]]
+    id_link_min_name_agreement: float
+
+    def category_class(self, category: str | None) -> str | None:
+        """'op', 'annotation', 'runtime' or 'device' for a Kineto category; None when pmdb does not use it."""
+        for cls in ("op", "annotation", "runtime", "device"):
+            if category in self.categories[cls]:
+                return cls
+        return None
+
+
+@lru_cache(maxsize=1)
+def common() -> Common:
+    raw = json.loads((HERE / "common.json").read_text())
+    return Common(
+        categories={k: frozenset(v) for k, v in raw["categories"].items()},
+        collective_ops=re.compile("|".join(raw["collective_ops"])),
+        collective_kernels=re.compile("|".join(raw["collective_kernels"])),
+        markers=tuple((re.compile(m["regex"]), m["mode"]) for m in raw["iteration_markers"]),
+        et_root_prefix=raw["et_root_prefix"],
+        written_inputs={k: tuple(v) for k, v in raw["written_inputs"].items()},
+        id_link_min_name_agreement=float(raw["id_link_min_name_agreement"]),
+    )
+
+
+def lookup(obj: Any, path: str) -> tuple[bool, Any]:
+    """(found, value) of a dotted path in nested dicts."""
+    for part in path.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return False, None
+        obj = obj[part]
+    return True, obj

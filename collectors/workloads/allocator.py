@@ -1,0 +1,33 @@
+"""glibc malloc settings every timed process runs under (ground truth, traces and microbenchmarks alike).
+
+With default glibc malloc, large buffers freed every iteration (gradients after ``zero_grad``) go back to the OS and
+are page-faulted in again on the next iteration (+7-12 ms per 35 ms iteration and 100-189 ms spikes measured here,
+environment.md). Keeping them in the heap removes that: the mmap threshold is fixed at 32 MiB (the largest value glibc
+accepts on 64-bit; blocks up to it come from the heap) and the heap is never trimmed below 16 GiB. A user's own
+MALLOC_* environment wins. glibc reads these variables at process start, so they apply to the processes pmdb starts
+(the ranks' fork server), not to the already-running parent; what a rank's environment holds is what gets recorded.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(16 * 2**30)}
+RECORDED = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX",
+            "GLIBC_TUNABLES", "LD_PRELOAD")
+
+
+def allocator_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The MALLOC_* variables to start a timed process with: pmdb's defaults unless the environment sets them."""
+    environ = os.environ if environ is None else environ
+    return {key: environ.get(key, value) for key, value in DEFAULTS.items()}
+
+
+def allocator_record(env: Mapping[str, str]) -> dict[str, Any]:
+    """What to store with a measurement: the allocator variables of ``env`` (the environment the timed process
+    started with; absent = glibc's defaults) and the C library's version."""
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError, AttributeError):
+        libc = None
+    return {"libc": libc, **{k: env[k] for k in RECORDED if k in env}}

@@ -1,0 +1,97 @@
+"""``pmdb collect workload``: resolve the shape, run it on N ranks, store the ground truth and hand the traces over.
+
+Nothing is written for a failed run except its failed ``collection_runs`` row: the workload row, the ground truth and
+the traces are stored only after every rank finished. Rank logs and raw traces live in ``artifacts/tmp/<run_id>``
+while the run lasts (kept when it fails, named in the error).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collectors.workloads.allocator import allocator_env, allocator_record
+from collectors.workloads.dlrm_presets import DlrmConfig
+from collectors.workloads.runner import RankFailed, launch
+from collectors.workloads.store_rows import ensure_workload, write_ground_truth
+from collectors.workloads.transformer import TransformerConfig
+from collectors.workloads.worker import WorkloadJob, run_rank
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """A resolved workload run: shape, placement and measurement settings."""
+
+    family: str
+    config: DlrmConfig | TransformerConfig
+    batch_size: int
+    world_size: int
+    iters: int = 30
+    warmup: int = 5
+    threads: int = 1
+    seed: int = 0
+    sharder: str | None = None
+    plan: tuple[int, ...] | None = None
+    task_id: int | None = None
+    trace_iters: int = 3
+    device: str = "cpu"
+    timeout_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name if self.family == "dlrm" else self.config.arch
+
+
+def collect_workload(store: Store, platform: str, request: WorkloadRequest, args: dict[str, Any]) -> dict[str, Any]:
+    """Run the workload under a 'workload' collection run; returns the run summary."""
+    is_imported = store.scalar("SELECT is_imported FROM platforms WHERE name = ?", [platform])
+    if is_imported:
+        raise PmdbError(f"platform {platform!r} holds imported data; measure under this machine's platform")
+    env = allocator_env()
+    with store.run("workload", platform, args) as run:
+        work = store.workspace.artifacts / "tmp" / run.run_id
+        work.mkdir(parents=True, exist_ok=True)
+        job = WorkloadJob(request.family, request.config, request.batch_size, request.world_size, request.seed,
+                          request.iters, request.warmup, request.threads, request.plan, request.trace_iters,
+                          str(work), request.device)
+        try:
+            results = launch(run_rank, request.world_size, job, start_env=env,
+                             rank_env={"OMP_NUM_THREADS": str(request.threads)}, log_dir=work,
+                             timeout_s=request.timeout_s, progress=(request.name, job.total_steps))
+        except RankFailed as exc:
+            raise RankFailed(exc.rank, f"{exc.message} (rank logs: {work})", exc.details) from None
+        run.summary = _store(store, run.run_id, platform, request, results,
+                             allocator_record(results[0]["allocator_env"]))
+        shutil.rmtree(work, ignore_errors=True)
+    return run.summary
+
+
+def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest, results: list[dict[str, Any]],
+           allocator: dict[str, Any]) -> dict[str, Any]:
+    workload_id = ensure_workload(store, family=request.family, name=request.name,
+                                  config=request.config.to_json(), batch_size=request.batch_size,
+                                  world_size=request.world_size, sharder=request.sharder, plan=request.plan,
+                                  task_id=request.task_id)
+    optimizer = "exact_sgd" if request.family == "dlrm" else None
+    summary: dict[str, Any] = {"workload_id": workload_id, **write_ground_truth(
+        store, run_id=run_id, workload_id=workload_id, platform=platform, iterations=request.iters,
+        warmup=request.warmup, threads=results[0]["threads"], allocator=allocator, results=results,
+        optimizer=optimizer)}
+    summary["wall_s"] = {f"rank{r['rank']}": {k: round(v, 3) for k, v in r["wall_s"].items()} for r in results}
+    summary["info"] = results[0]["info"]
+    if request.trace_iters:
+        from collectors.traces.ingest import RankTraces, ingest_trace_set
+
+        summary["trace_bytes"] = {f"rank{r['rank']}": {"kineto": os.path.getsize(r["kineto"]),
+                                                       "et": os.path.getsize(r["et"])} for r in results}
+        ranks = [RankTraces(r["rank"], Path(r["kineto"]), Path(r["et"]), profiled_with="kineto") for r in results]
+        started = time.perf_counter()
+        summary["trace_set_id"] = ingest_trace_set(store, run_id, platform, ranks, label=request.name,
+                                                   workload_id=workload_id, source="captured")
+        summary["ingest_s"] = round(time.perf_counter() - started, 3)
+    return summary

@@ -1,0 +1,170 @@
+"""Turn the options of ``pmdb collect workload`` into a :class:`WorkloadRequest` (every mistake a PmdbError)."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from collectors.workloads import dlrm_presets, sharders
+from collectors.workloads.collect import WorkloadRequest
+from collectors.workloads.dlrm_presets import DlrmConfig
+from collectors.workloads.transformer import HEADS, TransformerConfig, load_overrides
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+
+MEMORY_SHARE = 0.8  # a DLRM's tables may use at most this share of host memory
+DEFAULT_SHARDER = "size_lookup_greedy"  # the paper's choice for its E2E tests
+TASK_MLP_PRESET = "dlrm_test"
+
+
+def default_threads(world_size: int) -> int:
+    """Intra-op threads per rank: the usable cores shared evenly (at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores // world_size)
+
+
+def memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def task_config(store: Store, task_id: int, mlp_preset: str) -> tuple[DlrmConfig, int]:
+    """A DLRM config holding a stored task's tables with the MLPs of ``mlp_preset`` (bottom output = the task's
+    dim); returns it and the task's world size."""
+    row = store.query("SELECT tables, world_size FROM tasks WHERE task_id = ?", [task_id])
+    if row.empty:
+        raise PmdbError(f"no task {task_id} (create tasks with `pmdb collect tasks`)")
+    tables = json.loads(row["tables"].iloc[0])
+    base = dlrm_presets.preset(mlp_preset)
+    config = dlrm_presets.from_dict({
+        "name": f"task{task_id}", "bottom_mlp": [*base.bottom_mlp[:-1], int(tables[0]["dim"])],
+        "top_mlp": list(base.top_mlp), "batch_size": base.batch_size,
+        "tables": [{"num_rows": t["num_rows"], "pooling": t["pooling"], "dim": t["dim"],
+                    "index_source": t["source"]} for t in tables]}, f"task {task_id}")
+    return config, int(row["world_size"].iloc[0])
+
+
+def place_tables(config: DlrmConfig, world_size: int, batch_size: int, sharder: str,
+                 sharding_file: Path | None, seed: int) -> tuple[str, tuple[int, ...]]:
+    """(sharder label, plan) from ``--sharding FILE`` (label 'file') or a Table III sharder; checks the batch
+    splits evenly and the tables fit in memory."""
+    if sharding_file is not None:
+        label, plan = "file", sharders.load_plan(sharding_file, len(config.tables), world_size)
+    else:
+        label, plan = sharder, sharders.shard(sharder, config.tables, world_size, seed)
+    sharders.rank_layout(plan, [t.dim for t in config.tables], world_size, batch_size)
+    need = sum(t.num_rows * t.dim * 4 for t in config.tables)
+    memory = memory_bytes()
+    if memory and need > MEMORY_SHARE * memory:
+        raise PmdbError(f"the tables need {need / 2**30:.1f} GiB, more than {MEMORY_SHARE:.0%} of this machine's "
+                        f"{memory / 2**30:.1f} GiB: use smaller tables")
+    return label, tuple(plan)
+
+
+def _common(opts: dict[str, Any], world_size: int) -> dict[str, Any]:
+    for key in ("iters", "world_size"):
+        if opts.get(key) is not None and opts[key] < 1:
+            raise PmdbError(f"--{key.replace('_', '-')} must be >= 1")
+    for key in ("warmup", "trace_iters"):
+        if opts.get(key) is not None and opts[key] < 0:
+            raise PmdbError(f"--{key.replace('_', '-')} must be >= 0")
+    if opts.get("threads") is not None and opts["threads"] < 1:
+        raise PmdbError("--threads must be >= 1")
+    trace_iters = 0 if opts.get("no_trace") else min(opts.get("trace_iters", 3), opts.get("iters", 30))
+    return {"iters": opts.get("iters", 30), "warmup": opts.get("warmup", 5), "seed": opts.get("seed", 0),
+            "threads": opts.get("threads") or default_threads(world_size), "trace_iters": trace_iters,
+            "timeout_s": opts.get("timeout_s"), "device": device_for(world_size)}
+
+
+def device_for(world_size: int) -> str:
+    """'cuda' (one GPU per rank, NCCL) when CUDA is available, else 'cpu' (gloo)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    if world_size > torch.cuda.device_count():
+        raise PmdbError(f"{world_size} ranks need {world_size} GPUs; {torch.cuda.device_count()} are visible")
+    return "cuda"
+
+
+def check_sources(config: DlrmConfig) -> None:
+    """Reject bad index-source specs before any rank starts. Dataset files are only checked to exist: the rank
+    holding the table loads them."""
+    from collectors.embedding.indices import make_source
+
+    for spec in sorted(set(config.index_sources)):
+        kind, _, rest = spec.partition(":")
+        if kind.strip().lower() == "dataset" and rest:
+            candidates = [Path(rest), Path(rest.rsplit(":", 1)[0])]
+            if not any(c.is_file() for c in candidates):
+                raise PmdbError(f"index source {spec!r}: no such dataset file")
+        else:
+            make_source(spec, 0)
+
+
+def _refuse(opts: dict[str, Any], names: tuple[str, ...], family: str) -> None:
+    given = [n for n in names if opts.get(n) not in (None, False)]
+    if given:
+        flags = ", ".join("--" + n.replace("_", "-") for n in given)
+        raise PmdbError(f"not an option of {family} workloads: {flags}")
+
+
+def dlrm_request(store: Store, opts: dict[str, Any]) -> WorkloadRequest:
+    """DLRM: ``--preset`` | ``--config FILE`` | ``--task ID`` (+ batch size, world size, sharder or sharding file,
+    index source, embedding implementation)."""
+    _refuse(opts, ("arch", "layers", "hidden", "heads", "seq_len", "head"), "dlrm")
+    chosen = [n for n in ("preset", "config", "task") if opts.get(n) is not None]
+    if len(chosen) > 1:
+        raise PmdbError(f"give one of --preset, --config, --task (got {', '.join('--' + c for c in chosen)})")
+    world_size = opts.get("world_size")
+    if opts.get("task") is not None:
+        config, task_world = task_config(store, opts["task"], opts.get("mlp_preset") or TASK_MLP_PRESET)
+        world_size = world_size or task_world
+    elif opts.get("config") is not None:
+        config = dlrm_presets.load_config(opts["config"])
+    else:
+        config = dlrm_presets.preset(opts.get("preset") or "dlrm_test")
+    config = dlrm_presets.with_overrides(config, index_source=opts.get("index_source"),
+                                         embedding=opts.get("embedding"))
+    check_sources(config)
+    world_size = world_size or 1
+    batch_size = opts.get("batch_size") or config.batch_size
+    if batch_size < 1:
+        raise PmdbError("--batch-size must be >= 1")
+    common = _common(opts, world_size)
+    label, plan = place_tables(config, world_size, batch_size, opts.get("sharder") or DEFAULT_SHARDER,
+                               opts.get("sharding"), common["seed"])
+    return WorkloadRequest("dlrm", replace(config, batch_size=batch_size), batch_size, world_size, sharder=label,
+                           plan=plan, task_id=opts.get("task"), **common)
+
+
+def transformer_request(opts: dict[str, Any]) -> WorkloadRequest:
+    """Transformer: ``--arch`` (+ --layers/--hidden/--heads/--seq-len/--head, ``--config FILE`` of config-class
+    arguments)."""
+    _refuse(opts, ("preset", "task", "sharder", "sharding", "index_source", "embedding"), "transformer")
+    if not opts.get("arch"):
+        raise PmdbError("give --arch (gpt2, bert, xlnet, or any model type transformers knows)")
+    if (opts.get("head") or "auto") not in HEADS:
+        raise PmdbError(f"unknown --head {opts['head']!r}: use {', '.join(HEADS)}")
+    for key in ("layers", "hidden", "heads", "seq_len"):
+        if opts.get(key) is not None and opts[key] < 1:
+            raise PmdbError(f"--{key.replace('_', '-')} must be >= 1")
+    world_size = opts.get("world_size") or 1
+    batch_size = opts.get("batch_size") or 8
+    if batch_size < world_size or batch_size % world_size:
+        raise PmdbError(f"batch size {batch_size} must be a multiple of the world size {world_size}")
+    overrides = load_overrides(opts["config"]) if opts.get("config") is not None else {}
+    cfg = TransformerConfig(opts["arch"], layers=opts.get("layers"), hidden=opts.get("hidden"),
+                            heads=opts.get("heads"), seq_len=opts.get("seq_len") or 64,
+                            head=opts.get("head") or "auto", batch_size=batch_size, overrides=overrides)
+    from collectors.workloads.transformer import build_config
+
+    build_config(cfg)  # a bad architecture or shape fails here, in one line, before any rank starts
+    return WorkloadRequest("transformer", cfg, batch_size, world_size, **_common(opts, world_size))

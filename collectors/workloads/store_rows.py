@@ -1,0 +1,48 @@
+"""What a workload run writes: the workload shape (found by hash or inserted), the ground truth (workload_runs,
+e2e_measurements) and the per-iteration embedding statistics. Called only after every rank succeeded."""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Sequence
+
+from collectors.workloads.ground_truth import summarise
+from pmdb.store import Store
+
+
+def config_hash(config: dict[str, Any], batch_size: int, world_size: int, sharding: dict[str, Any] | None) -> str:
+    """sha256 of the canonical config, batch size, world size and sharding (sharder name and plan)."""
+    key = {"config": config, "batch_size": batch_size, "world_size": world_size, "sharding": sharding}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def ensure_workload(store: Store, *, family: str, name: str, config: dict[str, Any], batch_size: int,
+                    world_size: int, sharder: str | None = None, plan: Sequence[int] | None = None,
+                    task_id: int | None = None) -> int:
+    """The workload_id of this shape, inserting the row the first time it is seen."""
+    sharding = None if plan is None else {"sharder": sharder, "plan": list(plan)}
+    digest = config_hash(config, batch_size, world_size, sharding)
+    found = store.scalar("SELECT workload_id FROM workloads WHERE config_hash = ?", [digest])
+    if found is not None:
+        return int(found)
+    return int(store.insert_one("workloads", {
+        "family": family, "name": name, "config": config, "config_hash": digest, "batch_size": batch_size,
+        "world_size": world_size, "sharder": sharder, "sharding": None if plan is None else list(plan),
+        "task_id": task_id}, returning="workload_id"))
+
+
+def write_ground_truth(store: Store, *, run_id: str, workload_id: int, platform: str, iterations: int, warmup: int,
+                       threads: int, allocator: dict[str, Any], results: Sequence[dict[str, Any]],
+                       optimizer: str | None = None) -> dict[str, float]:
+    """workload_runs + e2e_measurements (+ embedding_batch_stats for DLRM) of one run; returns the summary."""
+    summary = summarise([r["times_us"] for r in results])
+    store.insert_one("workload_runs", {
+        "run_id": run_id, "workload_id": workload_id, "platform": platform, "iterations": iterations,
+        "warmup": warmup, "threads": threads, "allocator": allocator, "measured_us": summary["measured_us"],
+        "spread": summary["spread"]})
+    store.insert("e2e_measurements", [{"run_id": run_id, "iteration": i, "rank": r["rank"], "time_us": t}
+                                      for r in results for i, t in enumerate(r["times_us"])])
+    stats = [dict(row, run_id=run_id, workload_id=workload_id, optimizer=optimizer)
+             for r in results for row in r.get("stats", [])]
+    store.insert("embedding_batch_stats", stats)
+    return summary

@@ -1,0 +1,252 @@
+"""Orchestration of `pmdb fit`: for every selected group (kernel op/pass/implementation/dtype/cache state, or
+collective/world size) and family, fit on the training split, score on the test split, log and register the
+version, then move ``champion`` to the family with the lowest test GMAE.
+
+Families per group: kernel ops get roofline (when the platform's peaks are measured), mlp and gbdt; embedding
+lookups get the DeepSets model (``--family mlp`` selects it as ``embedding_mlp``); collectives get ``sigmoid``.
+The learned families share the time budget: each gets an equal part of what is left (gbdt half a part).
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from fitters import collective as coll, data, plots, roofline
+from fitters.evaluate import data_hash, error_histogram, test_metrics
+from fitters.model import Model, TrainConfig, TrainingSet
+from fitters.registry import (Registry, VersionRecord, choose_champion, collective_model_name,
+                              kernel_model_name)
+from fitters.split import Split, split_collective, split_rows
+from pmdb.config import Workspace
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+
+FAMILIES = ("roofline", "mlp", "gbdt", "sigmoid", "all")
+CACHES = ("warm", "cold", "both")
+MIN_KERNEL_ROWS = 10          # rows (after dropping bad times) a kernel model needs
+MIN_CONFIGS = 5               # distinct configurations, so both sides of the split have some
+LEARNED_WEIGHT = {"mlp": 1.0, "embedding_mlp": 1.0, "gbdt": 0.5}
+
+
+@dataclass
+class FitOptions:
+    """What `pmdb fit` asked for."""
+
+    ops: list[str] | None = None          # op or collective names; None = all
+    family: str = "all"
+    cache: str = "both"
+    budget_minutes: float = 5.0
+    seed: int = 0
+    train_config: TrainConfig = field(default_factory=TrainConfig)
+    progress: bool = True
+
+
+@dataclass
+class Task:
+    """One (group, family) to fit."""
+
+    group: data.KernelGroup | data.CollectiveGroup
+    family: str
+
+    @property
+    def weight(self) -> float:
+        return LEARNED_WEIGHT.get(self.family, 0.0)
+
+
+def _families_for(group: data.KernelGroup | data.CollectiveGroup, family: str, has_peaks: bool) -> list[str]:
+    if isinstance(group, data.CollectiveGroup):
+        return ["sigmoid"] if family in ("sigmoid", "all") else []
+    if group.embedding:
+        return ["embedding_mlp"] if family in ("mlp", "all") else []
+    wanted = ["roofline", "mlp", "gbdt"] if family == "all" else [family] if family != "sigmoid" else []
+    return [f for f in wanted if f != "roofline" or has_peaks]
+
+
+def _too_small(group: data.KernelGroup | data.CollectiveGroup) -> str | None:
+    if isinstance(group, data.CollectiveGroup):
+        sizes = group.rows.loc[group.rows["split_kind"] == "equal", "max_rank_bytes"].nunique()
+        train_sizes = sizes - sizes // 5
+        if train_sizes < coll.MIN_SIZES:
+            return f"{group.label}: {sizes} message sizes ({train_sizes} to train on, need {coll.MIN_SIZES})"
+        return None
+    rows, configs = len(group.rows), group.rows["config_key"].nunique()
+    if rows < MIN_KERNEL_ROWS or configs < MIN_CONFIGS:
+        return (f"{group.label}: {rows} rows, {configs} configurations "
+                f"(need {MIN_KERNEL_ROWS} rows and {MIN_CONFIGS} configurations)")
+    return None
+
+
+def plan(store: Store, platform: str, options: FitOptions) -> tuple[list[Task], list[str], dict[str, float]]:
+    """(tasks, notes on skipped groups, platform peaks). Raises PmdbError when nothing can be fitted."""
+    if options.family not in FAMILIES:
+        raise PmdbError(f"bad --family {options.family!r}: use {', '.join(FAMILIES)}")
+    if options.cache not in CACHES:
+        raise PmdbError(f"bad --cache {options.cache!r}: use {', '.join(CACHES)}")
+    kernel_ops, collectives = data.op_names(store, platform)
+    if options.ops:
+        unknown = [o for o in options.ops if o not in kernel_ops and o not in collectives]
+        if unknown:
+            raise PmdbError(f"no measurements of {', '.join(unknown)} on platform {platform} (ops: "
+                            f"{', '.join(kernel_ops) or 'none'}; collectives: {', '.join(collectives) or 'none'})")
+    caches = None if options.cache == "both" else [options.cache, "device"]
+    groups: list[data.KernelGroup | data.CollectiveGroup] = []
+    if options.family != "sigmoid":
+        groups += data.kernel_groups(store, platform, options.ops, caches)
+    if options.family in ("sigmoid", "all"):
+        groups += data.collective_groups(store, platform, options.ops)
+    small = [reason for reason in map(_too_small, groups) if reason]
+    if small and options.ops:
+        raise PmdbError("too little data to fit (nothing was fitted): " + "; ".join(small))
+    peaks = data.peaks(store, platform)
+    notes = [f"skipped {reason}" for reason in small]
+    has_peaks = all(peaks.get(p) for p in roofline.REQUIRED_PEAKS)
+    if not has_peaks and options.family in ("roofline", "all"):
+        notes.append("no roofline models: the platform's peaks (gemm_flops, mem_bw) are not measured")
+    tasks = [Task(g, f) for g in groups if _too_small(g) is None for f in _families_for(g, options.family, has_peaks)]
+    if not tasks:
+        what = ", ".join(options.ops) if options.ops else "anything"
+        raise PmdbError(f"nothing to fit for {what} on platform {platform} with --family {options.family} "
+                        f"--cache {options.cache}" + (f" ({'; '.join(notes)})" if notes else ""))
+    return tasks, notes, peaks
+
+
+def _kernel_split(group: data.KernelGroup, seed: int) -> Split:
+    return split_rows(group.rows["config_key"], seed)
+
+
+def _training_set(group: data.KernelGroup, rows: np.ndarray, peaks: dict[str, float]) -> TrainingSet:
+    return TrainingSet(group.op, group.pass_, group.dtype, group.params.iloc[rows].reset_index(drop=True),
+                       group.rows["median_us"].to_numpy(dtype=float)[rows],
+                       group.rows["config_key"].to_numpy()[rows], peaks)
+
+
+def _fit_kernel(task: Task, training: TrainingSet, seed: int, budget_s: float, config: TrainConfig) -> Model:
+    # imported here: torch and skops take seconds to import and a collectives-only fit needs neither
+    if task.family == "roofline":
+        return roofline.fit(training, seed)
+    if task.family == "gbdt":
+        from fitters import gbdt
+        return gbdt.fit(training, seed, budget_s)
+    if task.family == "mlp":
+        from fitters import mlp
+        return mlp.fit(training, seed, budget_s, config)
+    from fitters import embedding
+    return embedding.fit(training, seed, budget_s, config)
+
+
+class Fitter:
+    """Runs the planned tasks inside one `fit` run and registers every version."""
+
+    def __init__(self, store: Store, workspace: Workspace, platform: str, options: FitOptions):
+        self.store, self.workspace, self.platform, self.options = store, workspace, platform, options
+        self.registry = Registry(workspace)
+        self.results: list[dict[str, Any]] = []
+
+    def run(self, tasks: list[Task], peaks: dict[str, float], fit_run_id: str) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + self.options.budget_minutes * 60
+        by_group: dict[int, list[Task]] = {}
+        for task in tasks:
+            by_group.setdefault(id(task.group), []).append(task)
+        bar = tqdm(total=len(tasks), desc="fit", unit="model", disable=not self.options.progress, leave=False)
+        remaining_weight = sum(t.weight for t in tasks)
+        with tempfile.TemporaryDirectory() as tmp:
+            for group_tasks in by_group.values():
+                group = group_tasks[0].group
+                names = set()
+                for task in group_tasks:
+                    bar.set_description(f"fit {group.label} {task.family}")
+                    share = task.weight / remaining_weight if remaining_weight else 0.0
+                    budget_s = max((deadline - time.monotonic()) * share, 1.0)
+                    remaining_weight -= task.weight
+                    names.add(self._fit_one(task, peaks, budget_s, fit_run_id, Path(tmp)))
+                    bar.update()
+                for name in names:
+                    champion = choose_champion(self.store, name)
+                    if champion is not None:
+                        self.registry.set_champion(self.store, name, champion)
+                        for row in self.results:
+                            if row["name"] == name:
+                                row["champion"] = row["version"] == champion
+        bar.close()
+        return self.results
+
+    def _fit_one(self, task: Task, peaks: dict[str, float], budget_s: float, fit_run_id: str, tmp: Path) -> str:
+        group, seed = task.group, self.options.seed
+        started = time.monotonic()
+        if isinstance(group, data.CollectiveGroup):
+            split = split_collective(group.rows["max_rank_bytes"], group.rows["split_kind"])
+            sizes = group.rows["max_rank_bytes"].to_numpy(dtype=float)
+            times = group.rows["lat_p50_us"].to_numpy(dtype=float)
+            model: Model = coll.fit(group.collective, group.world_size, sizes[split.train], times[split.train])
+            frame = group.rows[["max_rank_bytes"]]
+            ids, inputs = group.rows["collective_id"], group.rows[["max_rank_bytes", "split_kind"]]
+            record = VersionRecord(collective_model_name(self.platform, group.collective, group.world_size),
+                                   self.platform, group.collective, "sigmoid", world_size=group.world_size)
+        else:
+            split = _kernel_split(group, seed)
+            model = _fit_kernel(task, _training_set(group, split.train, peaks), seed, budget_s,
+                                self.options.train_config)
+            frame, times = group.params, group.rows["median_us"].to_numpy(dtype=float)
+            ids, inputs = group.rows["measurement_id"], group.params
+            record = VersionRecord(
+                kernel_model_name(self.platform, group.op, group.pass_, group.implementation, group.dtype,
+                                  group.cache_state), self.platform, group.op, task.family, pass_=group.pass_,
+                implementation=group.implementation, dtype=group.dtype, cache_state=group.cache_state)
+        fit_seconds = time.monotonic() - started
+        predicted = model.predict(frame.iloc[np.concatenate([split.train, split.test])].reset_index(drop=True))
+        pred_train, pred_test = predicted[:split.train.size], predicted[split.train.size:]
+        record.seed, record.n_dropped = seed, group.dropped
+        record.n_train, record.n_test = int(split.train.size), int(split.test.size)
+        record.data_runs = sorted(group.rows["run_id"].iloc[split.train].unique().tolist())
+        record.data_hash = data_hash(ids.iloc[split.train], inputs.iloc[split.train], times[split.train])
+        record.metrics = test_metrics(pred_test, times[split.test])
+        record.histogram = error_histogram(pred_test, times[split.test])
+        record.fit_seconds = round(fit_seconds, 3)
+        figures = self._figures(tmp, record, model, group, split, times, pred_train, pred_test)
+        split_ids = {"train_ids": ids.iloc[split.train].astype(int).tolist(),
+                     "test_ids": ids.iloc[split.test].astype(int).tolist(),
+                     "id_column": "collective_id" if isinstance(group, data.CollectiveGroup) else "measurement_id"}
+        version = self.registry.log_version(self.store, fit_run_id, record, model, figures, split_ids)
+        self.results.append({"name": record.name, "version": version, "family": record.family, "op": record.op,
+                             "pass": record.pass_, "cache_state": record.cache_state,
+                             "world_size": record.world_size, "test_gmae": record.metrics["gmae"],
+                             "test_mape": record.metrics["mape"], "test_std": record.metrics["std"],
+                             "n_train": record.n_train, "n_test": record.n_test, "dropped": record.n_dropped,
+                             "seconds": round(time.monotonic() - started, 2), "champion": False})
+        return record.name
+
+    def _figures(self, tmp: Path, record: VersionRecord, model: Model, group: Any, split: Split,
+                 times: np.ndarray, pred_train: np.ndarray, pred_test: np.ndarray) -> list[Path]:
+        stem = f"{record.name}.{record.family}".replace("/", "_")
+        title = f"{record.op} {record.pass_ or f'ws{record.world_size}'} {record.family}"
+        out = [plots.scatter(tmp / f"{stem}.scatter.png", title, times[split.test], pred_test, times[split.train],
+                             pred_train, record.histogram)]
+        if isinstance(model, coll.CollectiveModel):
+            sizes = group.rows["max_rank_bytes"].to_numpy(dtype=float)
+            grid = np.geomspace(max(sizes.min(), 1.0), sizes.max(), 400)
+            out.append(plots.collective_curve(
+                tmp / f"{stem}.curve.png", f"{record.op} ws{record.world_size} ({group.backend})",
+                sizes[split.train], times[split.train], sizes[split.test], times[split.test], grid,
+                model.predict(pd.DataFrame({"max_rank_bytes": grid})), (model.params.m1, model.params.m2)))
+        return out
+
+
+def fit_models(store: Store, workspace: Workspace, platform: str, options: FitOptions) -> tuple[pd.DataFrame, list[str]]:
+    """Plan, then fit everything inside one `fit` collection run. Returns (one row per new version, notes)."""
+    tasks, notes, peaks = plan(store, platform, options)
+    args = {"ops": options.ops, "family": options.family, "cache": options.cache,
+            "budget_minutes": options.budget_minutes, "seed": options.seed}
+    with store.run("fit", platform, args) as run:
+        fitter = Fitter(store, workspace, platform, options)
+        results = fitter.run(tasks, peaks, run.run_id)
+        run.summary = {"versions": len(results), "champions": sum(r["champion"] for r in results),
+                       "skipped": notes, "dropped_rows": int(sum({id(t.group): t.group.dropped for t in tasks}
+                                                                  .values()))}
+    return pd.DataFrame(results), notes

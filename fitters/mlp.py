@@ -1,0 +1,95 @@
+"""MLP family (the paper's kernel model): log features, log target, ReLU MLP, Adam, MSE, a seeded search over width,
+depth and learning rate within a time budget, model selection on a validation part of the training rows.
+
+When the budget allows, the chosen configuration is retrained on all training rows for the number of epochs that
+was best on validation (``refit`` in the description says whether that happened).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fitters import features as feats
+from fitters.model import Model, TrainingSet
+from fitters.split import split_rows
+from fitters.torch_train import Standardiser, TrainConfig, candidates, fit_selected, mlp_stack, xavier_init
+
+GRID = {"width": (64, 128, 256, 512), "depth": (2, 3, 4, 5), "lr": (1e-3, 3e-3, 1e-2)}
+FIRST = {"width": 128, "depth": 3, "lr": 3e-3}
+VALIDATION_FRACTION = 0.15
+STATE_FILE = "state.pt"
+
+
+class MLPModel(Model):
+    """``predict`` takes a frame with the op's parameter columns (see the feature spec)."""
+
+    family = "mlp"
+
+    def __init__(self, spec: feats.FeatureSpec, x_scale: Standardiser, y_scale: Standardiser, hyper: dict[str, Any],
+                 state: dict[str, torch.Tensor], search_info: dict[str, Any]):
+        self.spec, self.x_scale, self.y_scale, self.hyper = spec, x_scale, y_scale, hyper
+        self.search_info = search_info
+        self.net = mlp_stack(len(spec.names), hyper["width"], hyper["depth"])
+        self.net.load_state_dict(state)
+        self.net.eval()
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        x = self.x_scale.apply(feats.transform(self.spec, frame))
+        with torch.no_grad():
+            out = self.net(torch.as_tensor(x, dtype=torch.float32)).squeeze(-1).double().numpy()
+        return np.exp(self.y_scale.invert(out))
+
+    def config(self) -> dict[str, Any]:
+        return {"features": self.spec.to_dict(), "x_scale": vars(self.x_scale), "y_scale": vars(self.y_scale),
+                **{k: self.hyper[k] for k in ("width", "depth", "lr")}, "search": self.search_info}
+
+    def save_weights(self, directory: Path) -> None:
+        torch.save(self.net.state_dict(), directory / STATE_FILE)
+
+    @classmethod
+    def from_saved(cls, config: dict[str, Any], directory: Path) -> "MLPModel":
+        state = torch.load(directory / STATE_FILE, weights_only=True)
+        hyper = {k: config[k] for k in ("width", "depth", "lr")}
+        return cls(feats.FeatureSpec.from_dict(config["features"]), Standardiser(**config["x_scale"]),
+                   Standardiser(**config["y_scale"]), hyper, state, config["search"])
+
+
+def fit(training: TrainingSet, seed: int = 0, budget_s: float = 60.0,
+        config: TrainConfig = TrainConfig()) -> MLPModel:
+    """Search, select on validation, refit on all training rows when the budget allows (``budget_s`` seconds)."""
+    spec = feats.build_spec(training.op, training.pass_, training.dtype, training.params)
+    x_all = feats.transform(spec, training.params)
+    y_all = feats.log_target(training.times_us)
+    x_scale, y_scale = Standardiser.of(x_all), Standardiser.of(y_all)
+    x = torch.as_tensor(x_scale.apply(x_all), dtype=torch.float32)
+    y = torch.as_tensor(y_scale.apply(y_all), dtype=torch.float32)
+    inner = split_rows(training.groups, seed + 1, VALIDATION_FRACTION)
+    n_in = x.shape[1]
+
+    def build(hyper: dict[str, Any]) -> torch.nn.Module:
+        net = mlp_stack(n_in, hyper["width"], hyper["depth"])
+        xavier_init(net)
+        return _Squeeze(net)
+
+    hyper, state, info = fit_selected(build, candidates(GRID, FIRST, seed), (x,), y, inner.train, inner.test,
+                                      config, seed, budget_s)
+    return MLPModel(spec, x_scale, y_scale, hyper, _unwrap(state), info)
+
+
+class _Squeeze(torch.nn.Module):
+    """Wraps a network so it returns shape [n] (the training loop compares with a 1-D target)."""
+
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).squeeze(-1)
+
+
+def _unwrap(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k.removeprefix("net."): v for k, v in state.items()}

@@ -1,0 +1,130 @@
+"""What every fitted model is: batch prediction in µs, a JSON description, and a directory it saves to and loads from.
+
+A saved model is a directory with ``model.json`` (family, feature spec, fitted parameters) and, for families with
+weights, one more file: ``state.pt`` (a torch state dict, loaded with ``weights_only=True``) or ``model.skops``
+(scikit-learn, loaded by skops with an explicit allow-list). Nothing is unpickled as an arbitrary object.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from pmdb.errors import PmdbError
+
+MODEL_FILE = "model.json"
+FORMAT_VERSION = 1
+# family -> "module:Class"
+FAMILIES = {
+    "roofline": "fitters.roofline:RooflineModel",
+    "mlp": "fitters.mlp:MLPModel",
+    "gbdt": "fitters.gbdt:GBDTModel",
+    "embedding_mlp": "fitters.embedding:EmbeddingModel",
+    "sigmoid": "fitters.collective:CollectiveModel",
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Search and training limits of the learned families (tests use tiny ones)."""
+
+    max_trials: int = 8
+    max_epochs: int = 2000
+    patience: int = 150            # epochs without validation improvement before stopping
+    batch_size: int = 2048         # rows per step; smaller sets train full-batch
+    min_epochs: int = 30           # trained even when the budget is already spent
+    loss: str = "huber"            # "huber" (robust to outlier timings) or "mse" (the paper)
+
+
+@dataclass
+class TrainingSet:
+    """The training side of one (op, pass, implementation, dtype, cache state) group.
+
+    ``params`` has one column per op parameter (kernel ops) or the embedding list columns
+    (:data:`fitters.features.EMBEDDING_COLUMNS`); ``times_us`` are the measured medians; ``groups`` the configuration
+    keys (rows of one configuration stay together in inner validation splits); ``peaks`` the platform's measured peaks
+    (``gemm_flops`` in FLOP/s, ``mem_bw`` in bytes/s) when known.
+    """
+
+    op: str
+    pass_: str
+    dtype: str
+    params: pd.DataFrame
+    times_us: np.ndarray
+    groups: np.ndarray
+    peaks: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.times_us)
+
+
+class Model(ABC):
+    """A fitted model: ``predict(frame) -> µs`` for many rows per call."""
+
+    family: ClassVar[str]
+
+    @abstractmethod
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """Predicted time in µs of each row of ``frame`` (columns documented by the family)."""
+
+    @abstractmethod
+    def config(self) -> dict[str, Any]:
+        """Everything needed to rebuild the model except weights: JSON-ready."""
+
+    def describe(self) -> dict[str, Any]:
+        """Hyperparameters and fitted parameters worth showing (MLflow params, ``model_versions.params``)."""
+        return {k: v for k, v in self.config().items() if k != "features"}
+
+    def features(self) -> dict[str, Any]:
+        """The feature spec (``model_versions.features``)."""
+        return self.config().get("features", {})
+
+    def save_weights(self, directory: Path) -> None:
+        """Write weight files beside model.json (families with weights override this)."""
+
+    @classmethod
+    @abstractmethod
+    def from_saved(cls, config: dict[str, Any], directory: Path) -> "Model":
+        """Rebuild from ``config()`` and the weight files in ``directory``."""
+
+    def save(self, directory: Path) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        payload = {"family": self.family, "format_version": FORMAT_VERSION, "config": self.config()}
+        (directory / MODEL_FILE).write_text(json.dumps(payload, indent=1, sort_keys=True, default=_json_number))
+        self.save_weights(directory)
+        return directory
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def family_class(family: str) -> type[Model]:
+    if family not in FAMILIES:
+        raise PmdbError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
+    module, name = FAMILIES[family].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def load_dir(directory: str | Path) -> Model:
+    """Load a model saved by :meth:`Model.save`."""
+    directory = Path(directory)
+    path = directory / MODEL_FILE
+    if not path.is_file():
+        raise PmdbError(f"no {MODEL_FILE} in {directory}: not a pmdb model directory")
+    payload = json.loads(path.read_text())
+    if payload.get("format_version") != FORMAT_VERSION:
+        raise PmdbError(f"model in {directory} has format version {payload.get('format_version')}, "
+                        f"this pmdb reads {FORMAT_VERSION}")
+    return family_class(payload["family"]).from_saved(payload["config"], directory)

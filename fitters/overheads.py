@@ -1,0 +1,166 @@
+"""CPU overheads T1-T5 per op name, extracted from a platform's stored Kineto traces, pooled over all its
+workloads, IQR-filtered and stored as a new version (overhead_versions, overhead_samples, overheads). All µs.
+
+GPU platforms (``async_device``; method.md section 6). Ops are the top-level CPU ops (cpu_op events whose
+ancestors are annotations only); launches are the runtime calls whose correlation id reaches a kernel, memcpy or
+memset on the device.
+
+* T1: gap from the end of a top-level op to the start of the next top-level op on the same thread, kept when
+  T1_MIN_US < gap < T1_MAX_US (longer gaps are waits, data loading or host syncs, not per-op overhead);
+  attributed to the op that follows the gap.
+* T2: op start -> start of its first launch.  T3: end of its last launch -> op end.
+* T4: duration of each launch call, per launch API name (cudaLaunchKernel, cudaMemcpyAsync, ...).
+* T5: gap between consecutive launches inside one op; for an op that launches nothing, its whole duration.
+
+CPU platforms (``sync_host``). There is no device: an op does its work synchronously on the calling thread, inside
+the op calls nested in it, so the CPU cost of an op is its time minus the time of the op calls it makes. The nested
+op calls play the role of the GPU's launches (direct cpu_op children of an op, in start order):
+
+* T1: as on GPUs (the Python/framework gap between consecutive top-level ops on one thread).
+* T2: op start -> start of its first direct child op.  T3: end of its last direct child -> op end.
+* T5: gap between consecutive direct children; for an op without children, its whole duration.
+* T4: none (a nested call is the work itself, not a launch of it).
+
+So an op's duration = T2 + (its children's durations) + (the T5 gaps) + T3 exactly, and a predictor can compose
+``time(op) = model(op)`` when it models the op as a whole (a microbenchmark of the whole call already contains its
+T2/T3/T5: add only T1 before top-level ops), else ``T2 + sum(time(child)) + T5 per gap + T3`` (T5 alone for an op
+without children). For that composition T2, T3 and T5 are extracted for every cpu_op at every depth on CPU
+platforms; on GPU platforms for top-level ops only, as in the method.
+
+Common to both: negative values are clamped to 0; samples are raw (profiler event costs are not subtracted); each
+(op name, kind) keeps the samples within [Q1 - 1.5 IQR, Q3 + 1.5 IQR] for its mean, std and count. Kineto traces
+recorded together with an execution trace ('kineto+et') are left out by default: the ET observer's cost lands
+inside op durations there.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from collectors.traces.read import load_kernels, load_ops, top_level_mask, top_level_of
+from collectors.traces.schemas import common
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+
+T1_MIN_US, T1_MAX_US = 2.0, 200.0
+IQR_FACTOR = 1.5
+SAMPLE_COLUMNS = ["op_name", "kind", "op_id", "value_us"]
+OP_FIELDS = ["op_id", "name", "parent_id", "thread", "category", "start_us", "dur_us"]
+
+
+def _samples(rows: list[tuple[str, str, int, float]]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
+    frame["value_us"] = frame["value_us"].astype(float).clip(lower=0.0)
+    return frame
+
+
+def t1_samples(ops: pd.DataFrame, top: pd.Series) -> list[tuple[str, str, int, float]]:
+    """Gaps between consecutive top-level ops of each thread, inside the T1 window."""
+    rows = []
+    tops = ops[top].sort_values(["thread", "start_us", "op_id"])
+    for _, group in tops.groupby("thread", sort=False):
+        ends = (group["start_us"] + group["dur_us"]).to_numpy()[:-1]
+        gaps = group["start_us"].to_numpy()[1:] - ends
+        for name, op_id, gap in zip(group["name"].iloc[1:], group["op_id"].iloc[1:], gaps):
+            if T1_MIN_US < gap < T1_MAX_US:
+                rows.append((name, "T1", int(op_id), float(gap)))
+    return rows
+
+
+def _split(name: str, op_id: int, start: float, end: float, inner: pd.DataFrame) -> list[tuple]:
+    """T2, T5 gaps, T3 of an op around its inner calls (launches or child ops), or T5 = whole time without any."""
+    if inner.empty:
+        return [(name, "T5", op_id, end - start)]
+    inner = inner.sort_values(["start_us", "op_id"])
+    starts = inner["start_us"].to_numpy()
+    ends = starts + inner["dur_us"].to_numpy()
+    rows = [(name, "T2", op_id, starts[0] - start), (name, "T3", op_id, end - ends[-1])]
+    rows += [(name, "T5", op_id, gap) for gap in starts[1:] - ends[:-1]]
+    return rows
+
+
+def gpu_samples(ops: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+    """T1-T5 of the top-level ops of a GPU trace (async_device semantics)."""
+    top = top_level_mask(ops)
+    work = kernels[kernels["category"].isin(common().categories["work"])] if len(kernels) else kernels
+    launch_ids = set(work["launch_op_id"].dropna().astype(int)) if len(work) else set()
+    launches = ops[ops["op_id"].isin(launch_ids)]
+    rows = t1_samples(ops, top)
+    rows += [(n, "T4", int(i), float(d)) for n, i, d in zip(launches["name"], launches["op_id"], launches["dur_us"])]
+    owner = _top_owner(ops, top)
+    by_top = launches.assign(top=launches["op_id"].map(owner)).dropna(subset=["top"]).groupby("top")
+    groups = {int(k): g for k, g in by_top}
+    for op_id, name, start, dur in ops.loc[top, ["op_id", "name", "start_us", "dur_us"]].itertuples(index=False):
+        rows += _split(name, int(op_id), start, start + dur, groups.get(int(op_id), launches.iloc[:0]))
+    return _samples(rows)
+
+
+def cpu_samples(ops: pd.DataFrame) -> pd.DataFrame:
+    """T1, T2, T3, T5 of every cpu_op of a CPU trace (sync_host semantics: direct child ops play the launches)."""
+    top = top_level_mask(ops)
+    rows = t1_samples(ops, top)
+    cpu = ops[ops["category"] == "cpu_op"]
+    children = {int(k): g for k, g in cpu.dropna(subset=["parent_id"]).groupby("parent_id")}
+    for op_id, name, start, dur in cpu[["op_id", "name", "start_us", "dur_us"]].itertuples(index=False):
+        rows += _split(name, int(op_id), start, start + dur, children.get(int(op_id), cpu.iloc[:0]))
+    return _samples(rows)
+
+
+def _top_owner(ops: pd.DataFrame, top: pd.Series) -> dict[int, int]:
+    """op_id -> the top-level op it lies in (for launch calls)."""
+    owner = top_level_of(ops)
+    return {int(i): int(o) for i, o in zip(ops["op_id"], owner) if not pd.isna(o)}
+
+
+def iqr_summary(samples: pd.DataFrame) -> pd.DataFrame:
+    """Mean, std and count per (op_name, kind) of the samples within [Q1 - k IQR, Q3 + k IQR]."""
+    out = []
+    for (name, kind), group in samples.groupby(["op_name", "kind"], sort=True):
+        values = group["value_us"].to_numpy()
+        q1, q3 = np.percentile(values, [25, 75])
+        spread = IQR_FACTOR * (q3 - q1)
+        kept = values[(values >= q1 - spread) & (values <= q3 + spread)]
+        out.append({"op_name": name, "kind": kind, "mean_us": float(kept.mean()),
+                    "std_us": float(kept.std(ddof=1)) if len(kept) > 1 else None, "count": int(len(kept))})
+    return pd.DataFrame(out, columns=["op_name", "kind", "mean_us", "std_us", "count"])
+
+
+def platform_traces(store: Store, platform: str, include_joint: bool) -> pd.DataFrame:
+    """Kineto traces of completed trace sets of the platform (joint Kineto+ET passes only if asked)."""
+    return store.query(
+        "SELECT t.trace_id, t.profiled_with FROM traces t JOIN trace_sets s USING (trace_set_id) "
+        "JOIN collection_runs r ON r.run_id = t.run_id JOIN collection_runs sr ON sr.run_id = s.run_id "
+        "WHERE s.platform = ? AND t.kind = 'kineto' AND r.status = 'completed' AND sr.status = 'completed' "
+        "AND (t.profiled_with IS DISTINCT FROM 'kineto+et' OR ?) ORDER BY t.trace_id", [platform, include_joint])
+
+
+def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bool = False) -> dict[str, Any]:
+    """Extract, filter and store a new overhead version of ``platform``; returns a summary (version, counts)."""
+    semantics = store.scalar("SELECT semantics FROM platforms WHERE name = ?", [platform])
+    if semantics is None:
+        raise PmdbError(f"unknown platform {platform!r}")
+    traces = platform_traces(store, platform, include_joint)
+    if traces.empty:
+        joint = "" if include_joint else " (Kineto traces recorded with an ET are left out; --include-joint uses them)"
+        raise PmdbError(f"no Kineto traces of platform {platform!r} in the store{joint}; "
+                        f"import some with `pmdb collect trace` or record a workload")
+    parts = []
+    for trace_id in tqdm(traces["trace_id"].astype(int), desc="extracting overheads", unit="trace", disable=None):
+        ops = load_ops(store, trace_id, columns=OP_FIELDS)
+        found = cpu_samples(ops) if semantics == "sync_host" else gpu_samples(ops, load_kernels(store, trace_id))
+        parts.append(found.assign(trace_id=trace_id))
+    samples = pd.concat(parts, ignore_index=True)
+    stats = iqr_summary(samples)
+    params = {"t1_window_us": [T1_MIN_US, T1_MAX_US], "iqr_factor": IQR_FACTOR, "include_joint": include_joint,
+              "scope": "every cpu_op" if semantics == "sync_host" else "top-level ops"}
+    version = int(store.insert_one("overhead_versions", {
+        "run_id": run_id, "platform": platform, "semantics": semantics,
+        "trace_ids": traces["trace_id"].astype(int).tolist(), "params": params}, returning="overhead_version"))
+    store.insert("overhead_samples", samples.assign(overhead_version=version))
+    store.insert("overheads", stats.assign(overhead_version=version))
+    return {"overhead_version": version, "semantics": semantics, "traces": len(traces), "samples": len(samples),
+            "kept": int(stats["count"].sum()), "ops": int(stats["op_name"].nunique()),
+            "by_kind": {k: int(v) for k, v in stats.groupby("kind")["count"].sum().items()}}

@@ -1,0 +1,128 @@
+"""Iteration time, breakdown and memory of every candidate configuration, vectorised.
+
+Per micro-batch and stage: layers × (forward + backward + recomputation) plus the embedding on the first stage and
+the LM head on the last, plus pipeline send/recv. 1F1B: the iteration runs every stage's micro-batch once and the
+slowest stage m − 1 more times, so time = m·max_i T_i + (Σ_i T_i − max_i T_i); the second term is the bubble
+((pp − 1)/m of the pipeline time when stages are equal). Then the data-parallel gradient reduction (and parameter
+all-gather with the distributed optimizer), overlapped with per-layer compute except one layer's share when the
+framework overlaps it; the tied-embedding all-reduce between the first and last stage; the optimizer step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner import strategies
+from planner.candidates import Candidates, Framework
+from planner.costs import Comm, Op
+from planner.memory import StageParams, memory_per_gpu, optimizer_shards, stage_params
+from planner.model import Transformer
+from planner.network import collective_time
+from planner.system import DTYPE_BYTES, System
+from planner.timing import Parts, Timer, expand, add, pick, scale, total
+
+# HBM traffic of one mixed-precision Adam step per parameter: fp16/bf16 gradient read and fp32 copy written (2 + 4),
+# overflow check and gradient norm read the fp32 gradient twice (8), Adam reads master weight, m, v, gradient (16)
+# and writes master weight, m, v (12), the fp16/bf16 weight copy reads 4 and writes 2 (6).
+OPTIMIZER_STEP_BYTES = 48
+OPTIMIZER_KERNELS = 6
+
+BREAKDOWN_KEYS = ("compute", "memory", "overhead", "tp_comm", "cp_comm", "summa_comm", "pp_comm", "bubble", "dp_comm",
+                  "emb_sync", "optimizer")
+
+
+@dataclass
+class Evaluation:
+    """Per candidate: ``time`` (s), ``parts`` (s per breakdown key, summing to time), ``memory`` (bytes per part
+    and 'total'), ``fits`` (total within the usable HBM), and which source timed GEMMs and collectives."""
+
+    time: np.ndarray
+    parts: Parts
+    memory: dict[str, np.ndarray]
+    fits: np.ndarray
+    usage: dict[str, dict[str, int]]
+
+
+def evaluate(model: Transformer, system: System, c: Candidates, fw: Framework,
+             calibration: object | None = None) -> Evaluation:
+    """Evaluate candidates of one strategy (see module docstring)."""
+    keys = np.stack([c.t1, c.t2, c.mb, c.panels], axis=1)
+    _, first_index, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    costs = strategies.build(model, c.take(first_index), fw)
+    timer = Timer(system, fw, calibration)
+    n = len(c)
+
+    fwd = timer.block(costs.fwd, c, inv)
+    bwd = timer.block(costs.bwd, c, inv)
+    selective = timer.block([s for s in costs.fwd if isinstance(s, Op) and s.attn_core], c, inv)
+    recompute = pick(c.recompute == 2, fwd, pick(c.recompute == 1, selective, {}))
+    layers = (model.layers // c.pp).astype(float)
+    body = scale(add(fwd, bwd, recompute), layers)
+    emb = timer.block(costs.emb_fwd + costs.emb_bwd, c, inv)
+    head = timer.block(costs.head_fwd + costs.head_bwd, c, inv)
+    p2p = timer.comm_time(Comm("stage_send_recv", "p2p", "pp_comm", 0.0, "pp", count=2), c,
+                          expand(costs.p2p_bytes, inv, n))
+    if fw.overlap_p2p:
+        p2p = np.maximum(0.0, p2p - total(body))
+    parts = _pipeline(body, emb, head, {"pp_comm": p2p}, c)
+
+    params = stage_params(model, c, fw)
+    e = DTYPE_BYTES[fw.dtype]
+    parts["dp_comm"] = _data_parallel(timer, c, fw, e * params.most, total(fwd), total(bwd), layers)
+    parts["emb_sync"] = _embedding_sync(timer, model, c, params, e)
+    shard = params.most / optimizer_shards(c)
+    parts["optimizer"] = (shard * OPTIMIZER_STEP_BYTES / timer.hbm_rate
+                          + OPTIMIZER_KERNELS * system.op_overhead_us * 1e-6)
+    parts = {k: np.broadcast_to(parts.get(k, 0.0), (n,)).astype(float) for k in BREAKDOWN_KEYS}
+    memory = memory_per_gpu(model, c, fw, costs, inv, params)
+    fits = memory["total"] <= system.hbm_bytes * system.efficiency["hbm_usable"]
+    return Evaluation(total(parts), parts, memory, fits, timer.usage)
+
+
+def _pipeline(body: Parts, emb: Parts, head: Parts, p2p: Parts, c: Candidates) -> Parts:
+    """1F1B over pp stages and nmb micro-batches; the slowest stage's parts × nmb, plus 'bubble'."""
+    single = c.pp == 1
+    first = add(body, emb, p2p, scale(head, single.astype(float)))
+    last = add(body, head, p2p)
+    middle = add(body, p2p)
+    t_first, t_last, t_middle = total(first), total(last), total(middle)
+    t_max = np.maximum.reduce([t_first, np.where(single, 0.0, t_last), np.where(c.pp > 2, t_middle, 0.0)])
+    t_sum = np.where(single, t_first, t_first + t_last + np.maximum(c.pp - 2, 0) * t_middle)
+    critical = pick(t_first >= t_max, first, pick(~single & (t_last >= t_max), last, middle))
+    out = scale(critical, c.nmb.astype(float))
+    out["bubble"] = t_sum - t_max
+    return out
+
+
+def _data_parallel(timer: Timer, c: Candidates, fw: Framework, grad_bytes: np.ndarray, layer_fwd: np.ndarray,
+                   layer_bwd: np.ndarray, layers: np.ndarray) -> np.ndarray:
+    """Exposed seconds of the gradient all-reduce (or reduce-scatter + parameter all-gather)."""
+    def exposed(seconds: np.ndarray, overlap_per_layer: np.ndarray) -> np.ndarray:
+        if not fw.overlap_dp:
+            return seconds
+        return np.maximum(seconds / layers, seconds - (layers - 1) * overlap_per_layer)
+
+    dist = c.dist_opt > 0
+    reduce, gather = np.zeros(len(c)), np.zeros(len(c))
+    for mask, kind in ((~dist, "all_reduce"), (dist, "reduce_scatter")):
+        if mask.any():
+            reduce[mask] = timer.comm_time(Comm("grad_reduce", kind, "dp_comm", 0.0, "dp_t2"), c.take(mask),
+                                           grad_bytes[mask])
+    if dist.any():
+        gather[dist] = timer.comm_time(Comm("param_all_gather", "all_gather", "dp_comm", 0.0, "dp_t2"), c.take(dist),
+                                       grad_bytes[dist])
+    return exposed(reduce, layer_bwd) + exposed(gather, layer_fwd)
+
+
+def _embedding_sync(timer: Timer, model: Transformer, c: Candidates, params: StageParams, e: int) -> np.ndarray:
+    """All-reduce of the tied word-embedding gradient between the first and the last stage (pp > 1)."""
+    if not model.tied_embeddings:
+        return np.zeros(len(c))
+    word = params.first - params.layer * (model.layers // c.pp) - (model.seq_len * model.hidden
+                                                                  if model.learned_positions else 0)
+    two = np.full(len(c), 2)
+    fast = np.where(c.f_pp >= c.pp, 2, 1)
+    time = collective_time("all_reduce", e * word, two, fast, timer.system, timer.comm_model, timer.usage)
+    return np.where(c.pp > 1, time, 0.0)

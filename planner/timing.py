@@ -1,0 +1,138 @@
+"""Time of a list of steps: a roofline per op (+ per-kernel overhead), ring collectives, SUMMA panel overlap.
+
+GEMMs on tensor cores use wave quantisation: a GEMM of M×N outputs is cut into 128×128 tiles; the SMs run them in
+waves, so its compute time is waves × (time of one tile of depth K on one SM at the achieved per-SM rate). This makes
+small or oddly shaped GEMMs slower than FLOPs / peak without a fitted model. A calibrated GEMM model, when given,
+replaces the roofline wherever it returns a number. Results are ``Parts``: seconds per breakdown key.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from planner.candidates import Candidates, Framework
+from planner.costs import Comm, Op, Step
+from planner.network import CollectiveModel, collective_time
+from planner.system import System
+
+TILE = 128
+Parts = dict[str, np.ndarray]
+
+
+class GemmModel(Protocol):
+    def gemm_time(self, M: np.ndarray, N: np.ndarray, K: np.ndarray, count: np.ndarray) -> np.ndarray: ...
+
+
+def add(*parts: Parts) -> Parts:
+    out: Parts = {}
+    for p in parts:
+        for key, value in p.items():
+            out[key] = out[key] + value if key in out else value
+    return out
+
+
+def scale(parts: Parts, factor: np.ndarray | float) -> Parts:
+    return {key: value * factor for key, value in parts.items()}
+
+
+def total(parts: Parts) -> np.ndarray:
+    return sum(parts.values(), 0.0)
+
+
+def pick(mask: np.ndarray, a: Parts, b: Parts) -> Parts:
+    """Element-wise choice between two Parts (a where mask)."""
+    keys = set(a) | set(b)
+    return {k: np.where(mask, a.get(k, 0.0), b.get(k, 0.0)) for k in keys}
+
+
+class Timer:
+    """Times steps for one system and framework; counts which source timed each GEMM and collective."""
+
+    def __init__(self, system: System, fw: Framework, calibration: object | None = None):
+        self.system = system
+        self.fw = fw
+        eff = system.efficiency
+        self.matrix_rate = system.matrix_flops(fw.dtype) * eff["matrix"]
+        self.flash_rate = system.matrix_flops(fw.dtype) * eff["flash_attention"]
+        self.vector_rate = system.vector_flops(fw.dtype) * eff["vector"]
+        self.hbm_rate = system.hbm_bw * eff["hbm"]
+        self.overhead = system.op_overhead_us * 1e-6
+        self.gemm_model: GemmModel | None = calibration if hasattr(calibration, "gemm_time") else None
+        self.comm_model: CollectiveModel | None = calibration if hasattr(calibration, "collective_time") else None
+        self.usage: dict[str, dict[str, int]] = {}
+
+    # ---- one op ---------------------------------------------------------------------------------------------
+    def op_time(self, op: Op) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(compute-bound time, memory-bound time, overhead) of an op, each 0 where the other bound wins."""
+        memory = np.asarray(op.nbytes, dtype=float) / self.hbm_rate
+        if op.kind == "gemm":
+            compute = self._gemm_time(op)
+        elif op.kind == "flash":
+            compute = np.asarray(op.flops, dtype=float) / self.flash_rate
+        else:
+            compute = np.asarray(op.flops, dtype=float) / self.vector_rate
+        compute, memory = np.broadcast_arrays(compute, memory)
+        bound = compute >= memory
+        overhead = np.broadcast_to(np.asarray(op.launches, dtype=float) * self.overhead, compute.shape)
+        return np.where(bound, compute, 0.0), np.where(bound, 0.0, memory), overhead
+
+    def _gemm_time(self, op: Op) -> np.ndarray:
+        M, N, K, count = (np.asarray(x, dtype=float) for x in op.dims)
+        M, N, K, count, launches = np.broadcast_arrays(M, N, K, count, np.asarray(op.launches, dtype=float))
+        tiles = np.ceil(M / TILE) * np.ceil(N / TILE) * count
+        waves = np.ceil(tiles / self.system.sm_count)
+        per_sm = self.matrix_rate / self.system.sm_count
+        time = launches * waves * (2.0 * TILE * TILE * K) / per_sm
+        counts = self.usage.setdefault("gemm", {})
+        if self.gemm_model is not None:
+            fitted = np.asarray(self.gemm_model.gemm_time(M, N, K, count), dtype=float) * launches
+            ok = np.isfinite(fitted)
+            time = np.where(ok, fitted, time)
+            counts["calibrated"] = counts.get("calibrated", 0) + int(ok.sum())
+            counts["roofline"] = counts.get("roofline", 0) + int((~ok).sum())
+        else:
+            counts["roofline"] = counts.get("roofline", 0) + int(time.size)
+        return time
+
+    # ---- collectives ----------------------------------------------------------------------------------------
+    def comm_time(self, comm: Comm, cands: Candidates, nbytes: np.ndarray) -> np.ndarray:
+        """Seconds of one collective for every candidate (``nbytes`` already per candidate)."""
+        n, fast = cands.group(comm.dim)
+        return comm.count * collective_time(comm.kind, nbytes, n, fast, self.system, self.comm_model, self.usage)
+
+    # ---- a list of steps --------------------------------------------------------------------------------------
+    def block(self, steps: list[Step], cands: Candidates, inv: np.ndarray) -> Parts:
+        """Parts of ``steps`` for every candidate. Op arrays are over unique keys; ``inv`` maps candidates to them."""
+        n = len(inv)
+        compute = memory = overhead = 0.0
+        parts: Parts = {}
+        for step in steps:
+            if isinstance(step, Comm):
+                nbytes = expand(step.nbytes, inv, n)
+                parts = add(parts, {step.category: self.comm_time(step, cands, nbytes)})
+                continue
+            c, m, o = self.op_time(step)
+            if not step.panel_comms:
+                compute, memory, overhead = compute + c, memory + m, overhead + o
+                continue
+            c, m, o = (expand(x, inv, n) for x in (c, m, o))
+            parts = add(parts, {"compute": c, "memory": m, "overhead": o,
+                                "summa_comm": self._panel_exposed(step, c + m + o, cands, inv)})
+        unique = {"compute": compute, "memory": memory, "overhead": overhead}
+        return add(parts, {k: expand(v, inv, n) for k, v in unique.items()})
+
+    def _panel_exposed(self, op: Op, op_time: np.ndarray, cands: Candidates, inv: np.ndarray) -> np.ndarray:
+        """Communication left exposed when panel k+1's broadcasts/reduces overlap panel k's GEMM: the first
+        panel's transfer, then whatever each later step's transfer exceeds its GEMM."""
+        panels = cands.panels.astype(float)
+        step_comm = sum((self.comm_time(c, cands, expand(c.nbytes, inv, len(inv)) / panels) for c in op.panel_comms),
+                        np.zeros(len(inv)))
+        step_compute = op_time / panels
+        return step_comm + (panels - 1) * np.maximum(0.0, step_comm - step_compute)
+
+
+def expand(value: np.ndarray | float, inv: np.ndarray, n: int) -> np.ndarray:
+    """Values over unique keys -> values over all candidates (scalars broadcast)."""
+    value = np.asarray(value, dtype=float)
+    return np.broadcast_to(value, (n,)) if value.ndim == 0 else value[inv]

@@ -1,0 +1,136 @@
+"""Predict measured training runs with their given parallelism (no search) and score the predictions.
+
+The input is a CSV with one measured run per row, parsed by header names (case, spaces, '#' and '_' ignored):
+GPUs, global batch, micro batch, hidden size, attention heads, layers, sequence length, tensor / data / pipeline
+parallelism, and the iteration time in ms (or s). The vTrain sample (Megatron-DeepSpeed GPT on one A100 node) uses
+exactly these headers; its runs use activation checkpointing (full recomputation), fp16 and Adam.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pmdb import metrics
+from pmdb.errors import PmdbError
+from planner.candidates import RECOMPUTE, Candidates, Framework
+from planner.evaluate import evaluate
+from planner.model import Transformer
+from planner.system import System
+
+# field -> accepted header spellings after normalisation (lower case, alphanumerics only)
+HEADERS = {
+    "gpus": ("gpus", "numgpus", "ngpus"),
+    "global_batch": ("globalbatch", "globalbatchsize"),
+    "micro_batch": ("microbatch", "microbatchsize"),
+    "hidden": ("hiddensize", "hidden"),
+    "heads": ("attentionheads", "numattentionheads", "heads"),
+    "layers": ("layers", "numlayers"),
+    "seq_len": ("sequencelength", "seqlen", "maxlength"),
+    "tp": ("tensorparallelism", "tensorparallelsize", "tp"),
+    "dp": ("dataparallelism", "dataparallelsize", "dp"),
+    "pp": ("pipelineparallelism", "pipelineparallelsize", "pp"),
+    "time_ms": ("iterationtimems",),
+    "time_s": ("iterationtimes",),
+}
+
+
+@dataclass
+class Validation:
+    """Per-row predictions beside the measurements, and the error summary (pmdb.metrics.summary)."""
+
+    rows: pd.DataFrame
+    summary: dict[str, float]
+    usage: dict[str, dict[str, int]]
+
+    def worst(self, n: int) -> pd.DataFrame:
+        order = self.rows["rel_error"].abs().sort_values(ascending=False).index
+        return self.rows.loc[order[:n]]
+
+
+def _norm(header: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", header.lower())
+
+
+def read_runs(path: Path) -> pd.DataFrame:
+    """The measured runs of a CSV as columns named like HEADERS' keys plus 'measured_s'."""
+    try:
+        raw = pd.read_csv(path)
+    except FileNotFoundError:
+        raise PmdbError(f"no such file: {path}") from None
+    except OSError as exc:
+        raise PmdbError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise PmdbError(f"cannot parse {path} as CSV: {str(exc).splitlines()[0]}") from None
+    by_norm = {_norm(h): h for h in raw.columns}
+    out = pd.DataFrame(index=raw.index)
+    for field, spellings in HEADERS.items():
+        found = next((by_norm[s] for s in spellings if s in by_norm), None)
+        if found is not None:
+            out[field] = pd.to_numeric(raw[found], errors="coerce")
+    missing = [f for f in HEADERS if f not in out and not f.startswith("time")]
+    if missing:
+        raise PmdbError(f"{path}: no column for {missing[0]!r} (headers: {', '.join(raw.columns)})")
+    if "time_ms" in out:
+        out["measured_s"] = out.pop("time_ms") / 1e3
+        out = out.drop(columns=["time_s"], errors="ignore")
+    elif "time_s" in out:
+        out["measured_s"] = out.pop("time_s")
+    else:
+        raise PmdbError(f"{path}: no iteration-time column ('iteration time (ms)' or 'iteration time (s)')")
+    bad = out.isna().any(axis=1) | (out <= 0).any(axis=1)
+    if bad.any():
+        raise PmdbError(f"{path}: row {int(np.flatnonzero(bad)[0]) + 2} has a missing, non-numeric or non-positive "
+                        f"value")
+    ints = [c for c in out if c != "measured_s"]
+    out[ints] = out[ints].astype(np.int64)
+    wrong = out["tp"] * out["dp"] * out["pp"] != out["gpus"]
+    if wrong.any():
+        raise PmdbError(f"{path}: row {int(np.flatnonzero(wrong)[0]) + 2}: tensor × data × pipeline parallelism "
+                        f"is not the number of GPUs")
+    uneven = (out["global_batch"] % (out["dp"] * out["micro_batch"]) != 0) | (out["layers"] % out["pp"] != 0)
+    if uneven.any():
+        raise PmdbError(f"{path}: row {int(np.flatnonzero(uneven)[0]) + 2}: global batch is not a multiple of "
+                        f"data parallelism × micro batch, or layers of pipeline parallelism")
+    return out
+
+
+def validate(runs: pd.DataFrame, system: System, fw: Framework, *, vocab: int, recompute: str = "full",
+             calibration: object | None = None) -> Validation:
+    """Predict every run (1D tensor parallelism, the given tp/dp/pp, all GPUs in one NVLink domain), with the
+    ideal formulas or, given a calibration, its GEMM/collective times where it covers them."""
+    if recompute not in RECOMPUTE:
+        raise PmdbError(f"bad recomputation {recompute!r}: use {', '.join(RECOMPUTE)}")
+    if int(runs["gpus"].max()) > system.nvlink_domain:
+        raise PmdbError(f"runs use up to {int(runs['gpus'].max())} GPUs but system {system.name} has an NVLink "
+                        f"domain of {system.nvlink_domain}: this validation covers single-domain runs")
+    predicted = np.zeros(len(runs))
+    memory = np.zeros(len(runs))
+    parts: list[dict[str, float]] = [{} for _ in range(len(runs))]
+    usage: dict[str, dict[str, int]] = {}
+    for shape, group in runs.groupby(["hidden", "heads", "layers", "seq_len"]):
+        hidden, heads, layers, seq_len = (int(x) for x in shape)
+        model = Transformer(name=f"gpt-h{hidden}-l{layers}", seq_len=seq_len, hidden=hidden, heads=heads,
+                            layers=layers, vocab=vocab)
+        cands = Candidates.from_columns(
+            "1d", t1=group["tp"], pp=group["pp"], dp=group["dp"], mb=group["micro_batch"],
+            nmb=group["global_batch"] // (group["dp"] * group["micro_batch"]),
+            recompute=RECOMPUTE.index(recompute))
+        result = evaluate(model, system, cands, fw, calibration)
+        for kind, counts in result.usage.items():
+            for source, n in counts.items():
+                usage.setdefault(kind, {})[source] = usage.get(kind, {}).get(source, 0) + n
+        where = runs.index.get_indexer(group.index)
+        predicted[where] = result.time
+        memory[where] = result.memory["total"]
+        for i, row in zip(where, range(len(group))):
+            parts[i] = {k: float(v[row]) for k, v in result.parts.items()}
+    rows = runs.copy()
+    rows["predicted_s"] = predicted
+    rows["rel_error"] = metrics.relative_errors(predicted, rows["measured_s"])
+    rows["memory_gb"] = memory / 1e9
+    rows["breakdown"] = parts
+    return Validation(rows, metrics.summary(predicted, rows["measured_s"]), usage)

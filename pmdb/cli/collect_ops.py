@@ -1,0 +1,158 @@
+"""``pmdb collect ops`` (kernel microbenchmark sweeps) and ``pmdb collect peaks`` (roofline peaks)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import pandas as pd
+import typer
+
+from pmdb import platform as platforms
+from pmdb.cli.common import PlatformOption, open_store, render
+from pmdb.errors import PmdbError
+
+
+def _sources(index_sources: list[str], dataset: Optional[Path]) -> list[str] | None:
+    from collectors.embedding.indices import make_source
+
+    chosen = list(index_sources) + ([f"dataset:{dataset}"] if dataset else [])
+    for spec in chosen:
+        make_source(spec, 0)  # a bad spec or a missing file is a one-line error now, not mid-sweep
+    return chosen or None
+
+
+def _configs(texts: list[str]) -> list[dict] | None:
+    configs = []
+    for text in texts:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PmdbError(f"bad --config {text!r}: not JSON ({exc.msg})") from None
+        if not isinstance(value, dict):
+            raise PmdbError(f"bad --config {text!r}: give a JSON object like '{{\"M\": 64, \"N\": 64, \"K\": 64}}'")
+        configs.append(value)
+    return configs or None
+
+
+def list_ops() -> pd.DataFrame:
+    """One row per op: family, model kind, passes, implementations and configs per sweep."""
+    import numpy as np
+
+    from collectors.ops import registry
+
+    rows = []
+    for name, spec in sorted(registry.load().items()):
+        rows.append({"op": name, "family": spec.family, "model": spec.model, "passes": ",".join(spec.passes),
+                     "implementations": ",".join(spec.implementations),
+                     **{sweep: len(spec.configs(sweep, np.random.default_rng(0), 0))
+                        for sweep in ("default", "large", "quick")}})
+    return pd.DataFrame(rows)
+
+
+def ops(ctx: typer.Context,
+        op: List[str] = typer.Option([], "--op", help="Op to measure (repeatable; default: all). See --list."),
+        pass_: str = typer.Option("both", "--pass", help="fwd, bwd or both (bwd includes the fused optimizer "
+                                                         "for embedding lookups)."),
+        sweep: str = typer.Option("default", "--sweep", help="default (320 configs per ML-modelled op and "
+                                  "embedding implementation, about 32 per roofline op), large (big sizes), random "
+                                  "(seeded sample, see --sample) or quick (12 configs per op, for a fast first "
+                                  "look, e.g. a quickstart)."),
+        sample: Optional[int] = typer.Option(None, "--sample", help="Configs per op for --sweep random "
+                                                                    "(default 100)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the random sweep, of tensor values and of index "
+                                                   "batches."),
+        budget_minutes: Optional[float] = typer.Option(None, "--budget-minutes",
+                                                       help="Stop cleanly after this many minutes (the run "
+                                                            "completes; its summary says stopped: budget)."),
+        force: bool = typer.Option(False, "--force", help="Measure configs again even if this platform has them."),
+        platform: Optional[str] = PlatformOption,
+        kernels: bool = typer.Option(False, "--kernels", help="Also record the per-kernel breakdown from the "
+                                                              "profiler (names and µs per call)."),
+        memory_cap: Optional[str] = typer.Option(None, "--memory-cap", help="Skip configs estimated to need more "
+                                                 "memory than this (e.g. 2GiB; default: a quarter of RAM, at most "
+                                                 "8 GiB)."),
+        cache: str = typer.Option("both", "--cache", help="CPU cache state: warm (back-to-back repetitions), "
+                                  "cold (LLC flushed before each repetition) or both. CUDA uses device events."),
+        max_configs: Optional[int] = typer.Option(None, "--max-configs", help="At most this many configs per op "
+                                                  "(a seeded subset of the sweep)."),
+        threads: int = typer.Option(1, "--threads", help="torch intra-op threads, recorded with every row. "
+                                    "Default 1: what each rank of a multi-rank CPU run uses, and steady timings on "
+                                    "a shared machine; match a single-process workload's setting with --threads N."),
+        config: List[str] = typer.Option([], "--config", help="Measure this config of the single --op (JSON, "
+                                         "repeatable), e.g. '{\"M\":64,\"N\":64,\"K\":64}'."),
+        index_source: List[str] = typer.Option([], "--index-source", help="Embedding index source (repeatable): "
+                                               "uniform, zipf:1.05, locality:<locality_stats.txt>[:<entry>], "
+                                               "dataset:<file>. Default: uniform, zipf:1.05, zipf:1.2 and the "
+                                               "shared DLRM locality statistics."),
+        dataset: Optional[Path] = typer.Option(None, "--dataset", help="A DLRM open-source data file "
+                                               "(.pt.gz with indices, offsets, lengths) to draw embedding batches "
+                                               "from."),
+        optimizer: str = typer.Option("exact_sgd", "--optimizer", help="Optimizer fused into the embedding "
+                                      "backward: exact_sgd, exact_adagrad, exact_row_wise_adagrad (FBGEMM only)."),
+        lr: float = typer.Option(0.01, "--lr", help="Learning rate of that optimizer."),
+        peaks: bool = typer.Option(True, "--peaks/--no-peaks", help="Measure the platform's roofline peaks first."),
+        list_: bool = typer.Option(False, "--list", help="List the ops and their sweep sizes, then exit."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
+        ) -> None:
+    """Microbenchmark kernels (forward and backward) on this machine into the store; resumable by config_key."""
+    from collectors.ops.peaks import measure_peaks, store_peaks
+    from collectors.ops.sweep import Sweep, SweepOptions, default_memory_cap, parse_bytes
+
+    if list_:
+        render(list_ops())
+        return
+    if sample is not None and sweep != "random":
+        raise PmdbError("--sample applies to --sweep random")
+    from collectors.embedding.tbe import OPTIMIZERS
+    if optimizer not in OPTIMIZERS:
+        raise PmdbError(f"bad --optimizer {optimizer!r}: use {', '.join(OPTIMIZERS)}")
+    options = SweepOptions(
+        ops=list(op) or None, passes=pass_, sweep=sweep, sample=sample or 100, seed=seed,
+        budget_s=None if budget_minutes is None else budget_minutes * 60.0, force=force, kernels=kernels,
+        memory_cap=parse_bytes(memory_cap) if memory_cap else default_memory_cap(), cache=cache,
+        max_configs=max_configs, threads=threads, sources=_sources(index_source, dataset), optimizer=optimizer,
+        lr=lr, configs=_configs(config))
+    options.validate()
+    from collectors.ops import registry
+    for name in options.ops or []:
+        registry.get(name)
+    args = {k: v for k, v in vars(options).items() if k not in ("settings",)}
+    with open_store(ctx) as store:
+        name = platforms.register_local(store, platform)["name"]
+        with store.run("ops", name, args) as run:
+            runner = Sweep(store, run, name, options)
+            if peaks:
+                store_peaks(store, run.run_id, name, measure_peaks(runner.device))
+            summary = runner.execute(progress=progress)
+    _report(summary, run.run_id)
+
+
+def _report(summary: dict, run_id: str) -> None:
+    skipped = ", ".join(f"{k} {v}" for k, v in summary["skipped"].items()) or "none"
+    typer.echo(f"run {run_id}: {summary['configs_done']} configs measured, {summary['configs_resumed']} already "
+               f"in the store, skipped: {skipped}; {summary['rows_written']} rows in {summary['wall_s']:.0f} s"
+               + (f" (stopped: {summary['stopped']})" if summary["stopped"] else ""))
+    for reason in summary["skip_reasons"][:5]:
+        typer.echo(f"  skipped {reason}")
+    if summary["per_op"]:
+        render(pd.DataFrame(summary["per_op"]))
+
+
+def peaks(ctx: typer.Context, platform: Optional[str] = PlatformOption) -> None:
+    """Measure this machine's roofline peaks (GEMM FLOP/s, memory bandwidth, host<->device on CUDA)."""
+    from collectors.ops.peaks import measure_peaks, store_peaks
+    from collectors.ops.sweep import _device
+
+    with open_store(ctx) as store:
+        name = platforms.register_local(store, platform)["name"]
+        with store.run("peaks", name, {}) as run:
+            rows = measure_peaks(_device(store, name))
+            store_peaks(store, run.run_id, name, rows)
+    render(pd.DataFrame([{"metric": r["metric"], "value": r["value"], "best_us": r["details"]["best_us"]}
+                         for r in rows]))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ops")(ops)
+    app.command("peaks")(peaks)

@@ -1,0 +1,112 @@
+"""``pmdb collect workload`` (DLRM / transformer ground truth and traces) and ``pmdb collect tasks``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+import typer
+
+from pmdb.cli.common import PlatformOption, open_store, render
+from pmdb.errors import PmdbError
+
+
+def workload(
+    ctx: typer.Context,
+    family: str = typer.Argument(..., help="dlrm or transformer."),
+    preset: Optional[str] = typer.Option(None, help="DLRM preset: dlrm_default, dlrm_ddp or dlrm_test (default)."),
+    arch: Optional[str] = typer.Option(None, help="Transformer architecture (gpt2, bert, xlnet, opt, llama, ...: "
+                                                  "any model type transformers' AutoConfig knows)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="DLRM: a JSON shape file (bottom_mlp, top_mlp, "
+                                          "tables, ...). Transformer: JSON config-class arguments (e.g. vocab_size)."),
+    task: Optional[int] = typer.Option(None, help="DLRM: run the tables of this stored task (`pmdb collect tasks`)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Global batch size (default: the preset's; "
+                                                                       "8 for transformers)."),
+    world_size: Optional[int] = typer.Option(None, "--world-size", help="Ranks (processes); default 1, or the task's."),
+    sharder: Optional[str] = typer.Option(None, help="DLRM table sharder: naive, random, size_greedy, lookup_greedy, "
+                                                     "norm_lookup_greedy, size_lookup_greedy (default)."),
+    sharding: Optional[Path] = typer.Option(None, help="DLRM: explicit plan, a JSON list of ranks (one per table)."),
+    iters: int = typer.Option(30, help="Timed iterations of the ground truth."),
+    warmup: int = typer.Option(5, help="Untimed warm-up iterations before them."),
+    threads: Optional[int] = typer.Option(None, help="Intra-op threads per rank (default: cores / world size)."),
+    platform: Optional[str] = PlatformOption,
+    index_source: Optional[str] = typer.Option(None, "--index-source", help="DLRM index stream of every table: "
+                                               "uniform, zipf:<a>, dataset:<file>[:<table>], locality:<stats>[:<entry>]."),
+    embedding: Optional[str] = typer.Option(None, help="DLRM lookup: fbgemm_tbe (default) or torch_embedding_bag."),
+    seed: int = typer.Option(0, help="Seed of the weights, the inputs and the random sharder."),
+    no_trace: bool = typer.Option(False, "--no-trace", help="Ground truth only: skip the profiled passes."),
+    trace_iters: int = typer.Option(3, "--trace-iters", help="Iterations recorded by each profiled pass."),
+    layers: Optional[int] = typer.Option(None, help="Transformer layers (default: the architecture's)."),
+    hidden: Optional[int] = typer.Option(None, help="Transformer hidden size (FFN = 4x, head dim = hidden/heads)."),
+    heads: Optional[int] = typer.Option(None, help="Transformer attention heads."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Transformer sequence length (default 64)."),
+    head: Optional[str] = typer.Option(None, help="Transformer training head: auto (default: classification if the "
+                                                  "architecture has one), classification, causal-lm, masked-lm."),
+    mlp_preset: Optional[str] = typer.Option(None, "--mlp-preset", help="With --task: the preset whose MLPs to use "
+                                                                        "(default dlrm_test)."),
+    timeout: Optional[float] = typer.Option(None, help="Fail the run if the ranks take longer (seconds)."),
+) -> None:
+    """Measure a training workload: ground truth per rank (no profiler), then a Kineto-only and an execution-trace
+    pass per rank, stored as one trace set."""
+    from collectors.workloads.collect import collect_workload
+    from collectors.workloads.requests import dlrm_request, transformer_request
+    from pmdb import platform as platforms
+
+    opts = {k: v for k, v in ctx.params.items() if k not in ("family", "platform")}
+    opts["timeout_s"] = opts.pop("timeout")
+    with open_store(ctx) as store:
+        if family == "dlrm":
+            request = dlrm_request(store, opts)
+        elif family == "transformer":
+            request = transformer_request(opts)
+        else:
+            raise PmdbError(f"unknown workload family {family!r}: use dlrm or transformer")
+        name = platforms.resolve(store, platform)
+        args = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}
+        typer.echo(f"{request.family} {request.name}: batch {request.batch_size}, {request.world_size} rank(s) x "
+                   f"{request.threads} thread(s), {request.warmup}+{request.iters} iterations"
+                   + (f", sharder {request.sharder} plan {list(request.plan)}" if request.plan else ""), err=True)
+        summary = collect_workload(store, name, request, args)
+    rows = [("workload_id", summary["workload_id"]), ("measured_us", f"{summary['measured_us']:.1f}"),
+            ("spread", f"{summary['spread']:.4f}"), ("trace_set_id", summary.get("trace_set_id", "none (--no-trace)"))]
+    rows += [(f"{rank} {kind} bytes", size) for rank, kinds in summary.get("trace_bytes", {}).items()
+             for kind, size in kinds.items()]
+    render(pd.DataFrame([(k, str(v)) for k, v in rows], columns=["field", "value"]))
+
+
+def tasks(
+    ctx: typer.Context,
+    count: int = typer.Option(..., "--count", help="How many tasks to generate."),
+    seed: int = typer.Option(0, help="Seed of the generator (task i is drawn from seed and i)."),
+    world_size: int = typer.Option(2, "--world-size", help="Ranks the tasks are for (tables: 0.7-1.3 x 13 x ranks)."),
+    kind: str = typer.Option("both", help="heavy (all tables L >= 20), normal, or both (alternating)."),
+    datasets: Optional[Path] = typer.Option(None, help="Folder with the DLRM datasets' locality_stats.txt files "
+                                                       "(e.g. ../shared/data/dlrm_datasets); default: built-in law."),
+    dim: int = typer.Option(64, help="Embedding dimension D of every table."),
+    max_rows: Optional[int] = typer.Option(None, "--max-rows", help="Cap the rows E of every table."),
+    memory_gib: Optional[float] = typer.Option(None, "--memory-gib", help="Memory the tables may use 80% of "
+                                                                          "(default: this machine's)."),
+) -> None:
+    """Generate random DLRM tasks for sharding studies and store them (table `tasks`)."""
+    from collectors.workloads.requests import memory_bytes
+    from collectors.workloads.tasks import generate
+
+    if datasets is not None and not datasets.is_dir():
+        raise PmdbError(f"--datasets {datasets} is not a directory")
+    memory = int(memory_gib * 2**30) if memory_gib else memory_bytes()
+    if not memory or memory <= 0:
+        raise PmdbError("cannot tell this machine's memory: give --memory-gib")
+    rows = generate(count, seed, world_size, memory_bytes=memory, kind=kind, dim=dim, datasets=datasets,
+                    max_rows=max_rows)
+    with open_store(ctx) as store:
+        ids = [store.insert_one("tasks", row, returning="task_id") for row in rows]
+    out = pd.DataFrame([{"task_id": i, "kind": r["kind"], "tables": len(r["tables"]),
+                         "heavy_tables": sum(t["pooling"] >= 20 for t in r["tables"]),
+                         "table_mib": round(sum(t["num_rows"] * t["dim"] * 4 for t in r["tables"]) / 2**20, 1),
+                         "seed": r["seed"]} for i, r in zip(ids, rows)])
+    render(out)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("workload")(workload)
+    app.command("tasks")(tasks)

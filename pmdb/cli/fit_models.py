@@ -1,0 +1,52 @@
+"""``pmdb fit [--op NAME ...|--all] [--family ...] [--cache ...] [--platform NAME] [--budget-minutes M]``: fit kernel,
+embedding and collective models, register every version in MLflow and move ``champion``."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from pmdb import platform as platforms
+from pmdb.cli.common import PlatformOption, open_store, render, workspace
+from pmdb.errors import PmdbError
+
+
+def fit(ctx: typer.Context,
+        op: Optional[List[str]] = typer.Option(None, "--op", help="Op or collective to fit (repeatable), e.g. "
+                                               "--op fully_connected --op all_reduce."),
+        all_: bool = typer.Option(False, "--all", help="Fit every op and collective measured on the platform."),
+        family: str = typer.Option("all", "--family", help="roofline, mlp (embedding lookups: the DeepSets model), "
+                                   "gbdt, sigmoid (collectives) or all."),
+        cache: str = typer.Option("both", "--cache", help="Which CPU timings to fit on: warm, cold or both "
+                                  "(each cache state gets its own models; GPU 'device' rows are always used)."),
+        platform: Optional[str] = PlatformOption,
+        budget_minutes: float = typer.Option(5.0, "--budget-minutes", min=0.05,
+                                             help="Time budget (minutes) shared by the MLP/GBDT/DeepSets searches."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the splits, searches and initialisations."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")) -> None:
+    """Fit kernel, embedding and collective models, score them on held-out rows, register each fit as a new version."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not op and not all_:
+        raise PmdbError("say what to fit: --op NAME (repeatable) or --all (`pmdb fit --help`)")
+    if op and all_:
+        raise PmdbError("give either --op NAME or --all, not both")
+    from fitters.fit import FitOptions, fit_models
+
+    options = FitOptions(ops=list(op) if op else None, family=family, cache=cache, budget_minutes=budget_minutes,
+                         seed=seed, progress=progress)
+    with open_store(ctx) as store:
+        name = platforms.resolve(store, platform)
+        results, notes = fit_models(store, workspace(ctx), name, options)
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+    shown = results.assign(**{f"{m}_%": (100 * results[f"test_{m}"]).round(2) for m in ("gmae", "mape", "std")})
+    shown["champion"] = shown["champion"].map({True: "*", False: ""})
+    render(shown[["name", "version", "family", "gmae_%", "mape_%", "std_%", "n_train", "n_test", "dropped",
+                  "seconds", "champion"]])
+    typer.echo(f"{len(results)} model versions registered on {name}; "
+               f"{int(results['champion'].sum())} champions (lowest test GMAE per model name)")
+
+
+def register(app: typer.Typer) -> None:
+    app.callback(invoke_without_command=True)(fit)

@@ -1,0 +1,34 @@
+"""``pmdb fit overheads``: extract CPU overheads T1-T5 from a platform's stored traces as a new version."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from fitters.overheads import fit_overheads
+from pmdb import platform as platforms
+from pmdb.cli.common import PlatformOption, open_store, render
+
+
+def overheads(ctx: typer.Context,
+              platform: Optional[str] = PlatformOption,
+              include_joint: bool = typer.Option(False, "--include-joint", help="Also use Kineto traces recorded "
+                                                 "together with an execution trace (their op times are inflated).")
+              ) -> None:
+    """Recompute the overhead table (T1-T5 per op, IQR-filtered) of a platform from all its Kineto traces."""
+    with open_store(ctx) as store:
+        name = platforms.resolve(store, platform)
+        with store.run("overheads", name, {"include_joint": include_joint}) as run:
+            run.summary = fit_overheads(store, run.run_id, name, include_joint=include_joint)
+        version = run.summary["overhead_version"]
+        table = store.query(
+            "SELECT kind, count(*) AS ops, sum(count) AS samples_kept, round(median(mean_us), 2) AS median_mean_us "
+            "FROM overheads WHERE overhead_version = ? GROUP BY kind ORDER BY kind", [version])
+    s = run.summary
+    typer.echo(f"overhead version {version} of {name} ({s['semantics']}): {s['samples']} samples from "
+               f"{s['traces']} trace(s), {s['kept']} kept after IQR filtering, {s['ops']} op names")
+    render(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("overheads")(overheads)

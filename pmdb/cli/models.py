@@ -1,0 +1,107 @@
+"""``pmdb models`` (registered versions with their test errors and aliases), ``pmdb models promote NAME VERSION``
+(move ``champion``) and ``pmdb ui`` (the MLflow UI over the workspace, on 127.0.0.1)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import Optional
+
+import typer
+
+from pmdb.cli.common import open_store, render, workspace
+from pmdb.errors import PmdbError
+
+models_app = typer.Typer(help="Registered model versions (kernel, embedding, collective) and their aliases.",
+                         no_args_is_help=False, invoke_without_command=True)
+
+UI_STOP_SECONDS = 10.0
+
+
+@models_app.callback(invoke_without_command=True)
+def models(ctx: typer.Context,
+           platform: Optional[str] = typer.Option(None, "--platform", help="Only this platform's models."),
+           op: Optional[str] = typer.Option(None, "--op", help="Only models of this op or collective."),
+           alias: Optional[str] = typer.Option(None, "--alias", help="Only versions holding this alias "
+                                               "(champion, latest)."),
+           fmt: str = typer.Option("table", "--format", help="table, csv or json.")) -> None:
+    """List registered versions with their held-out test errors (%) and aliases, newest first per name."""
+    if ctx.invoked_subcommand is not None:
+        return
+    where, args = [], []
+    for column, value in (("m.platform", platform), ("m.op", op)):
+        if value:
+            where.append(f"{column} = ?")
+            args.append(value)
+    sql = ("SELECT m.name, m.version, m.family, m.platform, m.op, m.pass, m.cache_state, m.world_size, "
+           "round(100 * m.test_gmae, 2) AS gmae_pct, round(100 * m.test_mape, 2) AS mape_pct, "
+           "round(100 * m.test_std, 2) AS std_pct, m.n_train, m.n_test, "
+           "(SELECT string_agg(a.alias, ',' ORDER BY a.alias) FROM model_aliases a "
+           " WHERE a.name = m.name AND a.version = m.version) AS aliases, m.created_at "
+           "FROM model_versions m" + (" WHERE " + " AND ".join(where) if where else "")
+           + " ORDER BY m.platform, m.name, m.version DESC")
+    with open_store(ctx, read_only=True) as store:
+        frame = store.query(sql, args)
+    if alias:
+        frame = frame[frame["aliases"].fillna("").str.split(",").map(lambda a: alias in a)]
+    render(frame, fmt)
+
+
+@models_app.command("promote")
+def promote(ctx: typer.Context,
+            name: str = typer.Argument(..., help="Registered model name (see `pmdb models`)."),
+            version: int = typer.Argument(..., help="Version that becomes the champion.")) -> None:
+    """Move the ``champion`` alias of NAME to VERSION (in MLflow and in the store's mirror)."""
+    from fitters.registry import Registry, promote as promote_version
+
+    with open_store(ctx) as store:
+        promote_version(store, Registry(workspace(ctx)), name, version)
+    typer.echo(f"{name}: champion -> version {version}")
+
+
+def ui(ctx: typer.Context,
+       port: int = typer.Option(5000, "--port", min=1, max=65535, help="Port on 127.0.0.1 to serve the UI on.")
+       ) -> None:
+    """Start the MLflow UI on 127.0.0.1 against the workspace (one worker, job execution off); Ctrl-C stops it."""
+    from fitters.registry import Registry
+
+    ws = workspace(ctx).require()
+    registry = Registry(ws)  # creates the sqlite store from this one process before the server starts
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
+           "DO_NOT_TRACK": "true"}
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", registry.uri,
+               "--default-artifact-root", ws.mlflow_artifacts.resolve().as_uri(), "--host", "127.0.0.1",
+               "--port", str(port), "--workers", "1"]
+    server = subprocess.Popen(command, env=env, start_new_session=True)
+    typer.echo(f"MLflow UI at http://127.0.0.1:{port} (workspace {ws.home}); Ctrl-C stops it", err=False)
+    try:
+        code = server.wait()
+    except KeyboardInterrupt:
+        _stop(server)
+        typer.echo("MLflow UI stopped")
+        return
+    if code != 0:
+        raise PmdbError(f"the MLflow UI exited with code {code} (is port {port} free? try --port)")
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """SIGTERM the server's process group, then SIGKILL what is left after UI_STOP_SECONDS."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            server.wait(timeout=UI_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            continue
+        try:  # the leader is gone; its workers may still be shutting down
+            os.killpg(server.pid, 0)
+        except ProcessLookupError:
+            return
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(models_app, name="models")
+    app.command("ui")(ui)

@@ -1,0 +1,36 @@
+"""``pmdb report``: the paper's figures and tables as PNGs and one offline HTML page, drawn from SQL over the store."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+import typer
+
+from pmdb.cli.common import open_store, render, workspace
+from pmdb.errors import PmdbError
+
+
+def report(ctx: typer.Context,
+           platform: Optional[str] = typer.Option(None, "--platform", help="Only this platform's models, "
+                                                  "measurements and studies (default: every platform)."),
+           output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder to write index.html and the "
+                                                 "PNG figures into (default: <workspace>/report).")) -> None:
+    """Write kernel-model error histograms, collective curves (Fig. 9), predicted vs measured vs baseline (Fig.
+    10/11), per-rank stream breakdowns (Fig. 2), the sharding table (Table IV) and planner sweeps as an HTML page
+    that opens offline; sections without data say what is missing."""
+    from report.build import build_report
+
+    out = output or workspace(ctx).home / "report"
+    with open_store(ctx, read_only=True) as store:
+        if platform is not None and not store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [platform]):
+            raise PmdbError(f"unknown platform {platform!r} (`pmdb status` lists them)")
+        made = build_report(store, out, platform)
+    rows = [{"section": s.title, "figures": ", ".join(s.figures) or "-", "missing": s.missing or ""}
+            for s in made.sections]
+    render(pd.DataFrame(rows))
+    typer.echo(f"\nwrote {made.page} and {len(made.figures)} figure(s)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

@@ -1,0 +1,1 @@
+"""Sharding-config selection without running the workload (pmdb shard)."""

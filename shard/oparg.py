@@ -1,0 +1,110 @@
+"""Reading and rewriting a traced op's arguments by their NAMES in its ``op_schema`` (never by position).
+
+An execution-trace op carries its schema (``fbgemm::bounds_check_indices(Tensor rows_per_table, Tensor(a!)
+indices, ...)``), the input shapes in argument order, and the scalar arguments twice: ``attrs["scalars"]`` (argument
+index as text -> value) and ``attrs["concrete_inputs"]`` (one text per argument, Kineto's record). The helpers here
+look an argument up by name and change its shape or value in all three places at once.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from simulator.graph import Op
+
+
+def arg_names(schema: str | None) -> list[str]:
+    """Argument names of an op schema, in order (``*`` separators dropped)."""
+    if not schema or "(" not in schema:
+        return []
+    body, depth, start, parts = schema[schema.index("(") + 1:], 0, 0, []
+    for i, ch in enumerate(body):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            if depth == 0:
+                parts.append(body[start:i])
+                break
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+    names = []
+    for part in parts:
+        part = part.split("=", 1)[0].strip()
+        if part and part != "*":
+            names.append(part.split()[-1])
+    return names
+
+
+def arg_index(op: Op, name: str) -> int | None:
+    """Position of argument ``name`` in ``op``'s schema (None when the op has no such argument)."""
+    names = arg_names(op.attrs.get("op_schema"))
+    return names.index(name) if name in names else None
+
+
+def get_shape(op: Op, name: str) -> Any:
+    """The recorded shape of argument ``name`` (None when absent)."""
+    i = arg_index(op, name)
+    return op.input_shapes[i] if i is not None and i < len(op.input_shapes) else None
+
+
+def set_shape(op: Op, name: str, shape: Any) -> bool:
+    """Replace the shape of argument ``name``; False when the op has no such argument."""
+    i = arg_index(op, name)
+    if i is None or i >= len(op.input_shapes):
+        return False
+    op.input_shapes[i] = shape
+    return True
+
+
+def get_scalar(op: Op, name: str) -> Any:
+    """The value of a scalar argument (ET scalars first, then Kineto's concrete inputs); None when absent."""
+    i = arg_index(op, name)
+    if i is None:
+        return None
+    scalars = op.attrs.get("scalars")
+    if isinstance(scalars, dict) and str(i) in scalars:
+        return scalars[str(i)]
+    concrete = op.attrs.get("concrete_inputs")
+    if isinstance(concrete, list) and i < len(concrete) and concrete[i] not in ("", None):
+        try:
+            return ast.literal_eval(concrete[i]) if isinstance(concrete[i], str) else concrete[i]
+        except (ValueError, SyntaxError):
+            return concrete[i]
+    return None
+
+
+def set_scalar(op: Op, name: str, value: Any) -> bool:
+    """Set a scalar argument in ``scalars`` and ``concrete_inputs`` (where the trace recorded it)."""
+    i = arg_index(op, name)
+    if i is None:
+        return False
+    changed = False
+    scalars = op.attrs.get("scalars")
+    if isinstance(scalars, dict) and str(i) in scalars:
+        scalars[str(i)] = value
+        changed = True
+    concrete = op.attrs.get("concrete_inputs")
+    if isinstance(concrete, list) and i < len(concrete) and concrete[i] not in ("", None):
+        concrete[i] = str(value)
+        changed = True
+    return changed
+
+
+def walk(op: Op) -> list[Op]:
+    """The op and all its nested ops (``Op.sub``), depth first."""
+    out, stack = [], [op]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.sub))
+    return out
+
+
+def refresh_children(op: Op) -> None:
+    """Rebuild ``op.children`` ((name, input shapes) of every nested op, depth first) from ``op.sub`` when both list
+    the same ops (the graph builder may list nested ops that ``sub`` leaves out; then shapes stay as they are)."""
+    nested = walk(op)[1:]
+    if [name for name, _ in op.children] == [node.name for node in nested]:
+        op.children = [(node.name, node.input_shapes) for node in nested]

@@ -1,0 +1,54 @@
+"""What a sharding study writes: per plan a derived trace set row (source 'derived', no trace files: the graph was
+derived in memory) and its prediction with the exact model and overhead versions used; then the study and its plans
+(shard_studies, shard_plans). Everything is written after the work is done, under the study's 'shard' run, so
+nothing of an interrupted or failed study counts (the views read completed runs only)."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any, Sequence
+
+from pmdb.store import Store
+from shard.derive import DerivedPlan
+from shard.plans import ShardTask
+from shard.runs import Measured
+from simulator.records import Prediction, store_prediction
+
+
+def _none(value: float | None) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def store_plan_prediction(store: Store, run_id: str, task: ShardTask, derived: DerivedPlan, pred: Prediction,
+                          source_trace_set: int) -> int:
+    """The derived trace set and its prediction; returns the prediction id.
+
+    The derived set names its plan in its label but has no workload id, and the prediction carries no ground truth:
+    trace sets of a workload are what ``pmdb predict`` predicts that workload's runs from (a derived set has no
+    trace files), and the study's ground truth is pooled over several runs, so it lives in shard_plans."""
+    trace_set_id = store.insert_one("trace_sets", {
+        "run_id": run_id, "platform": pred.source_platform, "workload_id": None,
+        "label": f"{task.config.name} {derived.plan.sharder} (derived from trace set {source_trace_set})",
+        "world_size": task.world_size, "source": "derived"}, returning="trace_set_id")
+    pred.trace_set_id = int(trace_set_id)
+    return store_prediction(store, run_id, pred)
+
+
+def write_study(store: Store, study: dict[str, Any], plans: Sequence[dict[str, Any]]) -> int:
+    """Insert the study row and its plan rows; returns the study id."""
+    study_id = int(store.insert_one("shard_studies", study, returning="study_id"))
+    store.insert("shard_plans", [dict(p, study_id=study_id) for p in plans])
+    return study_id
+
+
+def plan_row(derived: DerivedPlan, pred: Prediction, prediction_id: int, position: int, predict_s: float,
+             measured: Measured | None) -> dict[str, Any]:
+    """One shard_plans row (without the study id)."""
+    row = {"sharder": derived.plan.sharder, "plan": list(derived.plan.ranks), "position": position,
+           "loads": [asdict(r) for r in derived.ranks], "predicted_us": float(pred.predicted_us),
+           "prediction_id": prediction_id, "predict_s": float(predict_s), "workload_run_id": None,
+           "measured_us": None, "measured_runs": None, "measured_spread": None}
+    if measured is not None and measured.runs:
+        row.update(workload_run_id=measured.runs[-1], measured_us=_none(measured.measured_us),
+                   measured_runs=list(measured.runs), measured_spread=_none(measured.spread))
+    return row

@@ -1,0 +1,200 @@
+"""Algorithm 1 (paper §III-D, method.md §7) over all ranks in lockstep in one process.
+
+Each rank is advanced to its next collective (the op's launch part: intra-rank sync, T1, T2, kernels); when every
+rank is there, the communication fronts are synchronised to their maximum (inter-rank sync) and every rank finishes
+the op (T3) and goes on. No processes, no MPI. Input: per rank, a list of :class:`TimedOp` (times in µs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from pmdb.errors import PmdbError
+from simulator.semantics import COMM, COMPUTE, AsyncDevice, RankState, SyncHost
+
+
+@dataclass(slots=True)
+class TimedOp:
+    """An op with every time resolved (µs).
+
+    ``kernels`` are ``(stream, duration, T4, cpu_before)`` where ``cpu_before`` is the CPU time spent before that
+    launch (T2 for the first kernel, T5 between kernels). ``t3`` follows the last launch; an op without kernels
+    costs ``cpu_us`` instead (T5 in the paper's notation, its whole CPU time).
+    """
+
+    t1: float = 0.0
+    t3: float = 0.0
+    cpu_us: float = 0.0
+    kernels: tuple[tuple[int, float, float, float], ...] = ()
+    is_collective: bool = False
+    waits_on: tuple[int, ...] = ()
+    sync_streams: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class RankResult:
+    """Per-rank outcome (µs)."""
+
+    rank: int
+    predicted_us: float                 # max(CPU clock, compute front, communication front)
+    cpu_us: float                       # CPU clock at the end
+    compute_front_us: float
+    comm_front_us: float
+    compute_busy_us: float              # union of compute-stream intervals
+    comm_busy_us: float                 # union of communication-stream intervals (includes waiting for peers)
+    device_active_us: float             # union of both streams' intervals
+    comm_unoverlapped_us: float         # time only the communication stream is busy
+    compute_kernel_us: float            # summed compute kernel times
+    comm_kernel_us: float               # summed communication kernel times
+    baseline_us: float                  # max over streams of summed kernel time
+    ops: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+@dataclass(slots=True)
+class SimResult:
+    """The iteration: maxima over ranks, and the per-rank details."""
+
+    ranks: list[RankResult] = field(default_factory=list)
+
+    @property
+    def predicted_us(self) -> float:
+        return max(r.predicted_us for r in self.ranks)
+
+    @property
+    def device_active_us(self) -> float:
+        return max(r.device_active_us for r in self.ranks)
+
+    @property
+    def baseline_us(self) -> float:
+        return max(r.baseline_us for r in self.ranks)
+
+    @property
+    def critical_rank(self) -> RankResult:
+        return max(self.ranks, key=lambda r: r.predicted_us)
+
+    @property
+    def comm_unoverlapped_frac(self) -> float:
+        """Share of the critical rank's iteration during which only communication runs."""
+        crit = self.critical_rank
+        return crit.comm_unoverlapped_us / crit.predicted_us if crit.predicted_us > 0 else 0.0
+
+
+def _launch(state: RankState, op: TimedOp, sem: AsyncDevice | SyncHost) -> None:
+    """Algorithm 1 lines 12–27: intra-rank sync, T1, then T2/T5 and T4 around each kernel (up to the inter-rank
+    sync)."""
+    if state.last_comm is not None and state.last_comm in op.waits_on:
+        sem.intra_sync(state)
+        state.last_comm = None
+    elif op.is_collective:
+        sem.collective_sync(state)
+        state.last_comm = None
+    state.cpu += op.t1
+    for stream, dur, t4, before in op.kernels:
+        state.cpu += before
+        sem.kernel(state, stream, dur, t4)
+
+
+def _finish(state: RankState, op: TimedOp, index: int) -> None:
+    """Algorithm 1 lines 32–38 plus host syncs: T3 (or the CPU time of an op without kernels)."""
+    state.cpu += op.t3 if op.kernels else op.cpu_us
+    if op.sync_streams:
+        state.host_wait(op.sync_streams)
+    if op.is_collective:
+        state.last_comm = index
+
+
+def _advance(ops: Sequence[TimedOp], start: int, state: RankState, sem: AsyncDevice | SyncHost) -> int:
+    """Run ops from ``start`` up to and including the launch part of the next collective; its index (or len)."""
+    for i in range(start, len(ops)):
+        op = ops[i]
+        _launch(state, op, sem)
+        if op.is_collective:
+            return i
+        _finish(state, op, i)
+    return len(ops)
+
+
+def simulate(programs: Sequence[Sequence[TimedOp]], sem: AsyncDevice | SyncHost) -> SimResult:
+    """Predict one iteration of all ranks; ``programs[r]`` is rank r's ops in execution order."""
+    if not programs:
+        raise PmdbError("nothing to simulate: no ranks")
+    states = [RankState() for _ in programs]
+    pos = [0] * len(programs)
+    while True:
+        at = [_advance(ops, p, st, sem) for ops, p, st in zip(programs, pos, states)]
+        done = [a == len(ops) for a, ops in zip(at, programs)]
+        if all(done):
+            break
+        if any(done):
+            late = [r for r, d in enumerate(done) if not d]
+            raise PmdbError(f"ranks {late} wait in a collective that ranks "
+                            f"{[r for r, d in enumerate(done) if d]} never reach: collective counts differ")
+        end = max(st.fronts[COMM] for st in states)          # inter-rank sync (Algorithm 1, lines 29–31)
+        for ops, a, st in zip(programs, at, states):
+            st.set_comm_end(end)
+            _finish(st, ops[a], a)
+        pos = [a + 1 for a in at]
+    return SimResult([_rank_result(r, st, len(ops)) for r, (st, ops) in enumerate(zip(states, programs))])
+
+
+def _union(starts: list[float], ends: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Merged disjoint intervals of possibly overlapping ones."""
+    if not starts:
+        return np.empty(0), np.empty(0)
+    s = np.asarray(starts, dtype=float)
+    e = np.asarray(ends, dtype=float)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], np.maximum.accumulate(e[order])
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return s[first], e[last]
+
+
+def _length(starts: np.ndarray, ends: np.ndarray) -> float:
+    return float(np.sum(ends - starts)) if len(starts) else 0.0
+
+
+def _rank_result(rank: int, st: RankState, n_ops: int) -> RankResult:
+    cs, ce = _union(st.starts[COMPUTE], st.ends[COMPUTE])
+    ms, me = _union(st.starts[COMM], st.ends[COMM])
+    all_s, all_e = _union(list(cs) + list(ms), list(ce) + list(me))
+    compute_busy, comm_busy, active = _length(cs, ce), _length(ms, me), _length(all_s, all_e)
+    return RankResult(
+        rank=rank, predicted_us=max(st.cpu, *st.fronts), cpu_us=st.cpu,
+        compute_front_us=st.fronts[COMPUTE], comm_front_us=st.fronts[COMM],
+        compute_busy_us=compute_busy, comm_busy_us=comm_busy, device_active_us=active,
+        comm_unoverlapped_us=active - compute_busy,
+        compute_kernel_us=st.kernel_sum[COMPUTE], comm_kernel_us=st.kernel_sum[COMM],
+        baseline_us=max(st.kernel_sum), ops=n_ops)
+
+
+def repeat(programs: Sequence[Sequence[TimedOp]], times: int) -> list[list[TimedOp]]:
+    """Each rank's program run ``times`` times back to back (dependencies shifted to their own repetition)."""
+    out = []
+    for ops in programs:
+        n = len(ops)
+        rank = list(ops)
+        for k in range(1, times):
+            for op in ops:
+                if op.waits_on:
+                    op = TimedOp(op.t1, op.t3, op.cpu_us, op.kernels, op.is_collective,
+                                 tuple(j + k * n for j in op.waits_on), op.sync_streams)
+                rank.append(op)
+        out.append(rank)
+    return out
+
+
+def steady_period(programs: Sequence[Sequence[TimedOp]], sem: AsyncDevice | SyncHost,
+                  single: SimResult | None = None) -> float:
+    """Steady-state iteration time (µs): two back-to-back iterations minus one. The next iteration's CPU work
+    overlaps the previous one's device backlog as in a training loop, which a single iteration from an idle
+    machine (Algorithm 1's T) cannot show."""
+    single = single or simulate(programs, sem)
+    return simulate(repeat(programs, 2), sem).predicted_us - single.predicted_us

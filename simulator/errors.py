@@ -1,0 +1,68 @@
+"""Error statistics read from the SQL views (sql/views/0002_errors.sql), grouped as the user asks.
+
+|e| = |predicted − measured| / measured; the geomean is the GMAE of :mod:`pmdb.metrics` (with its 4e-4 epsilon),
+computed in SQL so that ``pmdb sql`` and ``pmdb errors`` agree.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from pmdb.errors import PmdbError
+from pmdb.metrics import GMAE_EPSILON
+from pmdb.store import Store
+
+E2E_KEYS = ("platform", "family", "workload", "world_size", "batch_size", "sharder", "mode", "model_set_id",
+            "model_set", "source_platform")
+E2E_DEFAULT = ("platform", "family", "world_size", "mode", "model_set_id")
+KERNEL_KEYS = ("platform", "op", "pass", "family", "name", "version", "world_size", "cache_state", "aliases")
+KERNEL_DEFAULT = ("platform", "op", "pass", "family", "version")
+
+
+def _keys(by: str | None, allowed: tuple[str, ...], default: tuple[str, ...]) -> list[str]:
+    if not by:
+        return list(default)
+    keys = [k.strip() for k in by.split(",") if k.strip()]
+    bad = [k for k in keys if k not in allowed]
+    if bad or not keys:
+        raise PmdbError(f"bad --by {by!r}: choose from {', '.join(allowed)}")
+    return keys
+
+
+def e2e_errors(store: Store, by: str | None = None, mode: str | None = None) -> pd.DataFrame:
+    """Geomean/min/max |e| (in %) and the baseline's geomean |e| of predictions with ground truth, grouped."""
+    keys = _keys(by, E2E_KEYS, E2E_DEFAULT)
+    cols = ", ".join(keys)
+    where = "WHERE mode = ?" if mode else ""
+    sql = f"""
+        SELECT {cols}, count(*) AS n,
+               round(100 * exp(avg(ln(abs_error + {GMAE_EPSILON}))), 2) AS geomean_pct,
+               round(100 * min(abs_error), 2) AS min_pct, round(100 * max(abs_error), 2) AS max_pct,
+               round(100 * avg(rel_error), 2) AS mean_signed_pct,
+               round(100 * exp(avg(ln(baseline_abs_error + {GMAE_EPSILON}))), 2) AS baseline_geomean_pct
+        FROM v_prediction_errors {where}
+        GROUP BY {cols} ORDER BY {cols}"""
+    return store.query(sql, [mode] if mode else None)
+
+
+def kernel_errors(store: Store, by: str | None = None, champions_only: bool = False) -> pd.DataFrame:
+    """Held-out test GMAE/MAPE (in %) of the registered kernel and collective models, grouped."""
+    keys = _keys(by, KERNEL_KEYS, KERNEL_DEFAULT)
+    cols = ", ".join(f'"{k}"' for k in keys)
+    where = "WHERE list_contains(string_split(coalesce(aliases, ''), ','), 'champion')" if champions_only else ""
+    sql = f"""
+        SELECT {cols}, count(*) AS models,
+               round(100 * exp(avg(ln(greatest(test_gmae, 1e-12)))), 2) AS test_gmae_pct,
+               round(100 * avg(test_mape), 2) AS test_mape_pct, sum(n_test) AS n_test
+        FROM v_kernel_model_errors {where}
+        GROUP BY {cols} ORDER BY {cols}"""
+    return store.query(sql)
+
+
+def named(store: Store, query: str) -> pd.DataFrame:
+    """Run one of the shipped named queries (sql/queries/NAME.sql)."""
+    from importlib import resources
+
+    entry = resources.files("pmdb.sql").joinpath("queries", f"{query}.sql")
+    if not entry.is_file():
+        raise PmdbError(f"no named query {query!r}")
+    return store.query(entry.read_text())

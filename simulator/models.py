@@ -1,0 +1,168 @@
+"""What model mode predicts with: the kernel and collective model versions of a platform, its measured peaks (for
+the roofline fallback) and its overhead table (T1–T5 per op name). Times µs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import pandas as pd
+
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+
+
+class Predictor(Protocol):
+    def predict(self, frame: pd.DataFrame) -> np.ndarray: ...
+
+
+class ModelRef:
+    """One registered model version; the model itself is loaded on first use (a trace needs only a few)."""
+
+    def __init__(self, name: str, version: int, model: Predictor | Callable[[], Predictor], family: str = ""):
+        self.name, self.version, self.family = name, int(version), family
+        self._model = model if hasattr(model, "predict") else None
+        self._load = None if self._model is not None else model
+
+    @property
+    def model(self) -> Predictor:
+        if self._model is None:
+            self._model = self._load()
+        return self._model
+
+
+@dataclass
+class ModelSet:
+    """Kernel models by (op, pass, implementation) and collective models by (collective, world size), plus the
+    platform's measured peaks (roofline fallback)."""
+
+    kernels: dict[tuple[str, str, str], ModelRef] = field(default_factory=dict)
+    warm: dict[tuple[str, str, str], ModelRef] = field(default_factory=dict)  # blend: the warm partner of a kernel
+    collectives: dict[tuple[str, int], ModelRef] = field(default_factory=dict)
+    peaks: dict[str, float] = field(default_factory=dict)
+    spec: str = "champion"
+
+    def _key(self, op: str, pass_: str, implementation: str | None) -> tuple[str, str, str] | None:
+        for impl in (implementation, "torch"):
+            if impl is not None and (op, pass_, impl) in self.kernels:
+                return (op, pass_, impl)
+        return next((key for key in sorted(self.kernels) if key[:2] == (op, pass_)), None)
+
+    def kernel(self, op: str, pass_: str, implementation: str | None = None) -> ModelRef | None:
+        """The model of (op, pass): of that implementation when given and present, else 'torch', else any."""
+        key = self._key(op, pass_, implementation)
+        return None if key is None else self.kernels[key]
+
+    def warm_partner(self, op: str, pass_: str, implementation: str | None = None) -> ModelRef | None:
+        """In a blended set, the warm model paired with :meth:`kernel`'s (cold) one."""
+        key = self._key(op, pass_, implementation)
+        return None if key is None else self.warm.get(key)
+
+    def collective(self, kind: str, world_size: int) -> ModelRef | None:
+        """The model of a collective at this world size (all_to_all and all_to_allv stand in for each other)."""
+        for name in (kind, {"all_to_all": "all_to_allv", "all_to_allv": "all_to_all"}.get(kind, kind)):
+            if (name, world_size) in self.collectives:
+                return self.collectives[(name, world_size)]
+        return None
+
+
+def platform_peaks(store: Store, platform: str) -> dict[str, float]:
+    """Latest measured peaks of a platform (``gemm_flops`` FLOP/s, ``mem_bw`` bytes/s, ...)."""
+    frame = store.query("SELECT metric, max(value) AS value FROM v_platform_peaks WHERE platform = ? "
+                        "AND (dtype IS NULL OR dtype = 'float32') GROUP BY metric", [platform])
+    return {m: float(v) for m, v in zip(frame["metric"], frame["value"])}
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, int] | None]:
+    """'champion' -> (alias, None); 'name:3,other:1' -> ('', {name: 3, other: 1})."""
+    if ":" not in spec:
+        return spec, None
+    versions = {}
+    for item in spec.split(","):
+        name, _, version = item.strip().rpartition(":")
+        if not name or not version.isdigit():
+            raise PmdbError(f"bad model version spec {item!r}: use NAME:VERSION[,NAME:VERSION...] or an alias")
+        versions[name] = int(version)
+    return "", versions
+
+
+CACHE_PREFERENCE = {"sync_host": ("cold", "warm", "device"), "async_device": ("device", "warm", "cold")}
+
+
+BLEND = "blend"
+
+
+def load_model_set(store: Store, platform: str, spec: str = "champion", cache_state: str | None = None,
+                   semantics: str = "sync_host") -> ModelSet:
+    """The versions ``spec`` selects (an alias such as 'champion', or 'name:version,...') of ``platform``, loaded
+    lazily. Where one (op, pass, implementation) has models of several cache states, the one that matches in-context
+    times best on the platform kind is used (cold on CPUs, device timings on GPUs) unless ``cache_state`` says;
+    ``cache_state='blend'`` keeps a warm and a cold model per op (their geometric mean is used, see timing)."""
+    from fitters.load import load_model, select_models
+
+    alias, versions = parse_spec(spec)
+    blend = cache_state == BLEND
+    refs = select_models(store, platform, alias or "champion", versions=versions,
+                         cache_state=None if blend else cache_state)
+    order = CACHE_PREFERENCE.get(semantics, ())
+    rank = {state: i for i, state in enumerate(order)}
+    out = ModelSet(peaks=platform_peaks(store, platform), spec=spec)
+    chosen: dict[tuple, Any] = {}
+    for ref in refs:
+        if ref.is_collective:
+            key: tuple = ("collective", ref.op, int(ref.world_size))
+        else:
+            key = (ref.op, ref.pass_, ref.implementation or "torch") + ((ref.cache_state,) if blend else ())
+        best = chosen.get(key)
+        if best is None or rank.get(ref.cache_state, 99) < rank.get(best.cache_state, 99):
+            chosen[key] = ref
+    for key, ref in chosen.items():
+        loaded = ModelRef(ref.name, int(ref.version),
+                          lambda ref=ref: load_model(store.workspace, ref.name, ref.version), ref.family)
+        if key[0] == "collective":
+            out.collectives[(key[1], key[2])] = loaded
+        elif blend and key[3] == "warm":
+            out.warm[key[:3]] = loaded
+        else:
+            out.kernels[key[:3]] = loaded
+    if blend:  # ops with a warm model only are predicted by it alone
+        for key, ref in list(out.warm.items()):
+            if key not in out.kernels:
+                out.kernels[key] = out.warm.pop(key)
+    return out
+
+
+@dataclass
+class Overheads:
+    """Mean overheads per (op name, kind) of one overhead version (µs)."""
+
+    version: int | None = None
+    table: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def get(self, name: str, kind: str) -> float | None:
+        return self.table.get((name, kind))
+
+    def typical(self, kind: str) -> float:
+        """Median over op names of one kind (for names the table does not hold)."""
+        values = [v for (_, k), v in self.table.items() if k == kind]
+        return float(np.median(values)) if values else 0.0
+
+    @classmethod
+    def latest(cls, store: Store, platform: str, version: int | None = None) -> "Overheads":
+        """The given or newest completed overhead version of a platform (empty when there is none)."""
+        if version is None:
+            version = store.scalar("SELECT max(overhead_version) FROM v_overhead_versions WHERE platform = ?",
+                                   [platform])
+        elif not store.scalar("SELECT count(*) FROM v_overhead_versions WHERE overhead_version = ?", [version]):
+            raise PmdbError(f"no completed overhead version {version}")
+        if version is None:
+            return cls()
+        frame = store.query("SELECT op_name, kind, mean_us FROM overheads WHERE overhead_version = ?", [int(version)])
+        return cls(int(version), {(n, k): float(v) for n, k, v in zip(frame["op_name"], frame["kind"],
+                                                                       frame["mean_us"])})
+
+
+def describe(models: ModelSet) -> dict[str, Any]:
+    """Counts for messages and run summaries."""
+    return {"kernel_models": len(models.kernels), "collective_models": len(models.collectives),
+            "peaks": sorted(models.peaks)}

@@ -1,0 +1,342 @@
+"""From a traced op (ATen name, input shapes, nested ops) to the ops collector's vocabulary: (op, pass, params).
+
+The parameter names are those of ``collectors/ops`` (method.md section 3): fully_connected/bmm B, M, N, K;
+conv2d B, H (input side + 2·pad), IC, OC, stride, dilation, FH, FW, is_depthwise, pad; conv1d B, L, IC, OC, groups,
+FW; batch_norm B, H, C; layer_norm B, M, N; element-wise ops M, N; dropout B, M, N, p; concat M, N, K; memcpy M, N;
+tril B, M, N, diag; embedding_lookup B, T (per-table statistics come from the store). Backward ops are autograd nodes
+(``autograd::engine::evaluate_function: XBackward0``) whose sizes are read from the gradient and the nested ops.
+
+:func:`map_op` returns a :class:`Mapped`, :data:`NO_WORK` for views and metadata ops (no device work: their cost is
+CPU overhead only), or None for an op pmdb cannot model.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from simulator.graph import Op
+
+BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+# names of batched (FBGEMM TBE) and torch embedding lookups, forward and backward
+EMBEDDING_MARKERS = ("embedding", "splitlookup", "split_embedding")
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """An op in the collector's vocabulary, with its parameters (numbers)."""
+
+    op: str
+    pass_: str
+    params: dict[str, float]
+
+
+class _NoWork:
+    def __repr__(self) -> str:
+        return "NO_WORK"
+
+
+NO_WORK = _NoWork()
+
+VIEW_OPS = frozenset("""view reshape _reshape_alias t transpose permute expand expand_as slice select narrow split
+split_with_sizes chunk unsqueeze squeeze as_strided detach detach_ alias empty empty_like empty_strided resize_
+_unsafe_view unbind lift_fresh set_ result_type size stride new_empty view_as flatten unflatten movedim numpy_T
+_has_compatible_shallow_copy_type record_stream is_same_size _local_scalar_dense item requires_grad_ retain_grad
+clamp_max_ is_nonzero _to_copy_noop contiguous to type_as output_nr""".split())
+VIEW_BACKWARDS = frozenset("""TBackward0 ViewBackward0 TransposeBackward0 TransposeBackward1 PermuteBackward0
+UnsafeViewBackward0 ReshapeAliasBackward0 ExpandBackward0 SqueezeBackward0 SqueezeBackward1 UnsqueezeBackward0
+AliasBackward0 DetachBackward0 AsStridedBackward0 SplitBackward0 SplitWithSizesBackward0 UnbindBackward0
+torch::autograd::AccumulateGrad CloneBackward0 ToCopyBackward0""".split())
+ELEMENTWISE = {"relu": "relu", "relu_": "relu", "gelu": "gelu", "tanh": "tanh", "sigmoid": "sigmoid",
+               "add": "add", "add_": "add", "mul": "mul", "mul_": "mul", "softmax": "softmax",
+               "_softmax": "softmax", "log_softmax": "softmax", "_log_softmax": "softmax", "clamp_min": "relu",
+               "threshold": "relu"}
+# element-wise ops without a registered model: roofline by their own name (fitters.opcost knows their cost)
+OTHER_ELEMENTWISE = frozenset("""sub sub_ div div_ pow neg exp log sum mean sqrt rsqrt abs sign clamp clamp_
+fill_ zero_ zeros zeros_like ones ones_like full full_like fill fill_ binary_cross_entropy mse_loss nll_loss
+nll_loss_nd nll_loss_forward cross_entropy_loss maximum minimum where masked_fill masked_fill_ addcmul_ addcdiv_
+lerp_ sqrt_ div_ mul_ add_ copy_ clone _foreach_add_ _foreach_mul_ _foreach_addcmul_ _foreach_addcdiv_
+_foreach_lerp_ _foreach_sqrt _foreach_div_ rand randn normal_ uniform_ random_ randint arange bernoulli_
+index_select gather scatter_add_ index_add_ cumsum eq ne gt lt ge le tril_indices""".split())
+COPY_OPS = frozenset({"copy_", "clone", "_to_copy", "contiguous", "to"})
+
+
+def _dims(shape: Any) -> list[int] | None:
+    """A tensor shape as a list of ints (None for scalars, lists of tensors and missing shapes)."""
+    if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape):
+        return shape
+    return None
+
+
+def _tensors(shapes: list[Any]) -> list[list[int]]:
+    return [d for d in (_dims(s) for s in shapes) if d is not None]
+
+
+def _numel(shape: list[int]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def _rows_cols(shape: list[int]) -> dict[str, float]:
+    """Element-wise op parameters: N = last dimension, M = the rest."""
+    n = shape[-1] if shape else 1
+    return {"M": float(max(_numel(shape) // max(n, 1), 1)), "N": float(max(n, 1))}
+
+
+def _scalar(op: Op, index: int, default: Any = None) -> Any:
+    """A non-tensor input of the op: ET scalars (by argument index) or Kineto concrete inputs."""
+    scalars = op.attrs.get("scalars")
+    if isinstance(scalars, dict) and str(index) in scalars:
+        return scalars[str(index)]
+    concrete = op.attrs.get("concrete_inputs")
+    if isinstance(concrete, list) and index < len(concrete) and concrete[index] not in ("", None):
+        value = concrete[index]
+        if isinstance(value, str):
+            try:
+                return ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                return default
+        return value
+    return default
+
+
+def _first(value: Any, default: int) -> int:
+    if isinstance(value, (list, tuple)):
+        return int(value[0]) if value else default
+    return int(value) if isinstance(value, (int, float)) else default
+
+
+def _gemm(m: int, n: int, k: int, b: int = 1) -> dict[str, float]:
+    return {"B": float(b), "M": float(m), "N": float(n), "K": float(k)}
+
+
+def _linear(op: Op) -> Mapped | None:
+    x, w = (_tensors(op.input_shapes) + [None, None])[:2]
+    if not x or not w or len(w) != 2:
+        return None
+    return Mapped("fully_connected", "fwd", _gemm(_numel(x[:-1]), w[0], x[-1]))
+
+
+def _addmm(op: Op) -> Mapped | None:
+    shapes = [_dims(s) for s in op.input_shapes]
+    a, b = (shapes[1], shapes[2]) if op.name.endswith("addmm") else (shapes[0], shapes[1])
+    if not a or not b or len(a) != 2 or len(b) != 2:
+        return None
+    return Mapped("fully_connected", "fwd", _gemm(a[0], b[1], a[1]))
+
+
+def _matmul(op: Op) -> Mapped | None:
+    a, b = (_tensors(op.input_shapes) + [None, None])[:2]
+    if not a or not b:
+        return None
+    if len(b) == 2:
+        return Mapped("fully_connected", "fwd", _gemm(_numel(a[:-1]), b[1], a[-1]))
+    if len(a) >= 3 and len(b) >= 3:
+        return Mapped("bmm", "fwd", _gemm(a[-2], b[-1], a[-1], _numel(a[:-2])))
+    return None
+
+
+def _bmm(op: Op) -> Mapped | None:
+    shapes = _tensors(op.input_shapes)
+    a, b = (shapes[-2], shapes[-1]) if op.name.endswith("baddbmm") else (shapes[0], shapes[1])
+    if len(a) != 3 or len(b) != 3:
+        return None
+    return Mapped("bmm", "fwd", _gemm(a[1], b[2], a[2], a[0]))
+
+
+def _conv(op: Op, pass_: str = "fwd", x: list[int] | None = None, w: list[int] | None = None,
+          arg0: int = 3) -> Mapped | None:
+    if x is None:
+        x, w = (_tensors(op.input_shapes) + [None, None])[:2]
+    if not x or not w:
+        return None
+    stride = _first(_scalar(op, arg0, 1), 1)
+    pad = _first(_scalar(op, arg0 + 1, 0), 0)
+    dilation = _first(_scalar(op, arg0 + 2, 1), 1)
+    groups = int(_scalar(op, arg0 + 5 if "convolution" in op.name else arg0 + 3, 1) or 1)
+    if len(x) == 4:
+        return Mapped("conv2d", pass_, {"B": x[0], "H": x[2] + 2 * pad, "IC": x[1], "OC": w[0], "stride": stride,
+                                        "dilation": dilation, "FH": w[2], "FW": w[3], "pad": pad,
+                                        "is_depthwise": float(groups > 1 and groups == x[1])})
+    if len(x) == 3:
+        return Mapped("conv1d", pass_, {"B": x[0], "L": x[2], "IC": x[1], "OC": w[0], "groups": groups,
+                                        "FW": w[2]})
+    return None
+
+
+def _batch_norm(op: Op, pass_: str = "fwd", x: list[int] | None = None) -> Mapped | None:
+    x = x or (_tensors(op.input_shapes) or [None])[0]
+    if not x or len(x) < 2:
+        return None
+    return Mapped("batch_norm", pass_, {"B": x[0], "C": x[1], "H": x[2] if len(x) > 2 else 1})
+
+
+def _bmn(shape: list[int]) -> dict[str, float]:
+    """B, M, N of a tensor normalised/dropped over its last dimension."""
+    if len(shape) >= 3:
+        return {"B": _numel(shape[:-2]), "M": shape[-2], "N": shape[-1]}
+    return {"B": 1, "M": shape[0] if len(shape) == 2 else 1, "N": shape[-1]}
+
+
+def _layer_norm(op: Op, pass_: str = "fwd", x: list[int] | None = None) -> Mapped | None:
+    x = x or (_tensors(op.input_shapes) or [None])[0]
+    return Mapped("layer_norm", pass_, _bmn(x)) if x else None
+
+
+def _dropout(op: Op, pass_: str = "fwd", x: list[int] | None = None) -> Mapped | None:
+    x = x or (_tensors(op.input_shapes) or [None])[0]
+    if not x:
+        return None
+    p = _scalar(op, 1, 0.5)
+    return Mapped("dropout", pass_, {**_bmn(x), "p": float(p) if isinstance(p, (int, float)) else 0.5})
+
+
+def _cat(op: Op) -> Mapped | None:
+    parts = op.input_shapes[0] if op.input_shapes and isinstance(op.input_shapes[0], list) else []
+    parts = [d for d in (_dims(p) for p in parts) if d]
+    if not parts:
+        return None
+    widths = [p[-1] for p in parts]
+    return Mapped("concat", "fwd", {"M": _numel(parts[0][:-1]), "N": sum(widths) / len(widths), "K": len(parts),
+                                    "dim": 1})
+
+
+def _index(op: Op) -> Mapped | None:
+    """DLRM's interaction index z[:, li, lj] (the tril op)."""
+    shapes = op.input_shapes
+    z = _dims(shapes[0]) if shapes else None
+    idx = shapes[1] if len(shapes) > 1 and isinstance(shapes[1], list) else []
+    idx = [d for d in (_dims(i) for i in idx) if d]
+    if not z or len(z) != 3 or len(idx) != 2 or z[1] != z[2]:
+        return None
+    count, m = idx[0][0], z[1]
+    diag = 1 if count == m * (m + 1) // 2 else 0
+    return Mapped("tril", "fwd", {"B": z[0], "M": m, "N": m, "diag": diag})
+
+
+def _copy(op: Op) -> Mapped | object:
+    child_names = {_short(n) for n, _ in op.children}
+    if op.name in ("aten::to", "aten::contiguous") and not child_names & {"_to_copy", "copy_", "clone"}:
+        return NO_WORK
+    shapes = _tensors(op.input_shapes)
+    src = shapes[1] if op.name.endswith("copy_") and len(shapes) > 1 else (shapes[0] if shapes else None)
+    return Mapped("memcpy", "fwd", _rows_cols(src)) if src else NO_WORK
+
+
+def _gather(op: Op) -> Mapped | None:
+    """aten::embedding (a row gather, not a pooled lookup): a copy of the gathered rows [indices, H]."""
+    weight, indices = (_tensors(op.input_shapes) + [None, None])[:2]
+    if not weight or indices is None or len(weight) != 2:
+        return None
+    return Mapped("memcpy", "fwd", {"M": float(max(_numel(indices), 1)), "N": float(weight[1])})
+
+
+def _embedding(op: Op, pass_: str = "fwd") -> Mapped:
+    return Mapped("embedding_lookup", pass_, {})
+
+
+FORWARD: dict[str, Callable[[Op], Any]] = {
+    "linear": _linear, "addmm": _addmm, "mm": _addmm, "matmul": _matmul, "bmm": _bmm, "baddbmm": _bmm,
+    "conv2d": _conv, "conv1d": _conv, "convolution": _conv, "_convolution": _conv,
+    "batch_norm": _batch_norm, "native_batch_norm": _batch_norm, "_batch_norm_impl_index": _batch_norm,
+    "layer_norm": _layer_norm, "native_layer_norm": _layer_norm, "dropout": _dropout, "native_dropout": _dropout,
+    "feature_dropout": _dropout, "cat": _cat, "concat": _cat, "index": _index, "embedding_bag": _embedding,
+    "_embedding_bag": _embedding, "embedding": _gather, **{name: _copy for name in ("copy_", "clone", "_to_copy", "contiguous", "to")},
+}
+
+
+def _short(name: str) -> str:
+    return name.split("::", 1)[1] if "::" in name else name
+
+
+def _child(op: Op, names: tuple[str, ...]) -> list[Any] | None:
+    """Input shapes of the first nested op called like ``names[0]``, else ``names[1]``, ..."""
+    for wanted in names:
+        for name, shapes in op.children:
+            if _short(name) == wanted:
+                return shapes
+    return None
+
+
+def _grad(op: Op) -> list[int] | None:
+    """The output gradient a backward node receives (its node's first input)."""
+    node = op.name[len(BACKWARD_PREFIX):]
+    shapes = _child(op, (node,))
+    if shapes is None:
+        shapes = op.input_shapes
+    tensors = _tensors(shapes or [])
+    return tensors[0] if tensors else None
+
+
+def _backward(op: Op) -> Mapped | object | None:
+    node = op.name[len(BACKWARD_PREFIX):]
+    if node in VIEW_BACKWARDS:
+        return NO_WORK
+    if node.startswith("EmbeddingBackward"):   # a gather's dense gradient (zeroed table + rows), not a lookup:
+        return None                             # composed from its nested ops on CPUs
+    if any(marker in node.lower() for marker in EMBEDDING_MARKERS):
+        return _embedding(op, "bwd")
+    grad = _grad(op)
+    if grad is None:
+        return None
+    base = re.sub(r"Backward\d*$", "", node)
+    if base in ("Addmm", "Mm", "Linear"):
+        mm = _child(op, ("mm",))
+        k = _dims(mm[1])[-1] if mm and len(mm) > 1 and _dims(mm[1]) else None
+        return Mapped("fully_connected", "bwd", _gemm(_numel(grad[:-1]), grad[-1], k)) if k else None
+    if base in ("Bmm", "Baddbmm"):
+        mm = _child(op, ("bmm",))
+        k = _dims(mm[1])[-1] if mm and len(mm) > 1 and _dims(mm[1]) else None
+        return Mapped("bmm", "bwd", _gemm(grad[-2], grad[-1], k, _numel(grad[:-2]))) if k else None
+    if base in ("Convolution", "CudnnConvolution", "MkldnnConvolution"):
+        shapes = _tensors(_child(op, ("convolution_backward",)) or [])
+        return _conv(op, "bwd", shapes[1], shapes[2]) if len(shapes) >= 3 else None
+    if base in ("NativeBatchNorm", "CudnnBatchNorm", "NativeBatchNormLegit"):
+        return _batch_norm(op, "bwd", grad)
+    if base in ("NativeLayerNorm", "LayerNorm"):
+        return _layer_norm(op, "bwd", grad)
+    if base in ("NativeDropout", "Dropout", "FusedDropout"):
+        return _dropout(op, "bwd", grad)
+    if base == "Cat":
+        parts = sum(1 for name, _ in op.children if _short(name) in ("narrow", "slice"))
+        return Mapped("concat", "bwd", {"M": _numel(grad[:-1]), "N": grad[-1] / max(parts, 1),
+                                        "K": max(parts, 1), "dim": 1})
+    if base == "Index":
+        z = _tensors(_child(op, ("index_put_", "_index_put_impl_")) or [])
+        if z and len(z[0]) == 3 and len(grad) == 2:
+            m = z[0][1]
+            return Mapped("tril", "bwd", {"B": z[0][0], "M": m, "N": m,
+                                          "diag": 1 if grad[1] == m * (m + 1) // 2 else 0})
+        return None
+    lowered = {"Threshold": "relu", "Relu": "relu", "Gelu": "gelu", "Tanh": "tanh", "Sigmoid": "sigmoid",
+               "Softmax": "softmax", "LogSoftmax": "softmax", "Add": "add", "Mul": "mul"}
+    if base in lowered:
+        return Mapped(lowered[base], "bwd", _rows_cols(grad))
+    name = re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
+    if name in OTHER_ELEMENTWISE or name in ("binary_cross_entropy", "pow", "mean", "sum", "div", "sub"):
+        return Mapped(name, "bwd", _rows_cols(grad))
+    return None
+
+
+def map_op(op: Op) -> Mapped | object | None:
+    """The (op, pass, params) of a traced top-level op, NO_WORK, or None when pmdb cannot model it."""
+    if op.name.startswith(BACKWARD_PREFIX):
+        return _backward(op)
+    short = _short(op.name)
+    if short in VIEW_OPS and short not in COPY_OPS:
+        return NO_WORK
+    if op.name.startswith("fbgemm::") and any(marker in op.name.lower() for marker in EMBEDDING_MARKERS):
+        return _embedding(op)
+    handler = FORWARD.get(short)
+    if handler is not None:
+        return handler(op)
+    if short in ELEMENTWISE or short in OTHER_ELEMENTWISE:
+        tensors = _tensors(op.input_shapes)
+        if short.startswith("_foreach"):
+            first = op.input_shapes[0] if op.input_shapes and isinstance(op.input_shapes[0], list) else []
+            total = sum(_numel(t) for t in _tensors(first)) or 1
+            return Mapped(short.strip("_").split("_")[1], "fwd", {"M": float(total), "N": 1.0})
+        shape = max(tensors, key=_numel) if tensors else [1]
+        return Mapped(ELEMENTWISE.get(short, short.rstrip("_")), "fwd", _rows_cols(shape))
+    return None

@@ -1,0 +1,121 @@
+"""Predict a trace set's per-iteration time (model or replay mode), judge it against its ground truth and store
+it with the exact model versions and overhead version used. Times µs."""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import pandas as pd
+from tqdm import tqdm
+
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+from simulator import semantics as sem_mod
+from simulator.embedding_stats import EmbeddingStats
+from simulator.engine import SimResult, simulate, steady_period
+from simulator.graph_from_store import load_graphs
+from simulator.models import BLEND, Overheads, load_model_set, parse_spec
+from simulator.records import (ModelUse, Prediction, ground_truth, store_prediction, trace_set_for_run,
+                               trace_set_info)
+from simulator.replay import replay_programs
+from simulator.timing import ModelTiming
+
+MODES = ("model", "replay")
+
+
+def _semantics_of(store: Store, platform: str) -> str:
+    value = store.scalar("SELECT semantics FROM platforms WHERE name = ?", [platform])
+    if value is None:
+        raise PmdbError(f"unknown platform {platform!r}")
+    return str(value)
+
+
+def _replay(store: Store, trace_set_id: int, semantics: str) -> tuple[SimResult, float, int]:
+    """Every complete iteration replayed; the median one (by steady-state time) represents them."""
+    runs = []
+    engine = sem_mod.get(semantics)
+    for graph in tqdm(load_graphs(store, trace_set_id), desc="replaying iterations", unit="it", disable=None,
+                      leave=False):
+        programs = replay_programs(graph, semantics)
+        single = simulate(programs, engine)
+        runs.append((steady_period(programs, engine, single), single))
+    runs.sort(key=lambda r: r[0])
+    median = statistics.median(r[0] for r in runs)
+    return runs[(len(runs) - 1) // 2][1], median, len(runs)
+
+
+def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", models: str = "champion",
+                      target_platform: str | None = None, cache_state: str | None = None,
+                      workload_run_id: str | None = None, overhead_version: int | None = None) -> Prediction:
+    """Simulate a stored trace set; nothing is written (see :func:`predict_and_store`)."""
+    if mode not in MODES:
+        raise PmdbError(f"bad --mode {mode!r}: use model or replay")
+    started = time.perf_counter()
+    info = trace_set_info(store, trace_set_id)
+    source = str(info["platform"])
+    target = target_platform or source
+    semantics = _semantics_of(store, target)
+    models_used: list[ModelUse] = []
+    unmodelled: list[dict[str, Any]] = []
+    version = None
+    if mode == "replay":
+        if target != source:
+            raise PmdbError("replay mode takes every time from the trace itself: it has no target platform "
+                            "(use --mode model with --target-platform)")
+        result, predicted, iterations = _replay(store, trace_set_id, semantics)
+    else:
+        model_set = load_model_set(store, target, models, cache_state, semantics)
+        overheads = Overheads.latest(store, target, overhead_version)
+        version = overheads.version
+        workload_id = None if pd.isna(info.get("workload_id")) else int(info["workload_id"])
+        timing = ModelTiming(model_set, overheads, semantics, EmbeddingStats.from_store(store, workload_id))
+        graph = load_graphs(store, trace_set_id, pick="best", detail=semantics == "sync_host")[0]
+        programs = timing.programs(graph)
+        engine = sem_mod.get(semantics)
+        result = simulate(programs, engine)
+        predicted, iterations = steady_period(programs, engine, result), 1
+        models_used = [ModelUse(n, v, c) for (n, v), c in sorted(timing.usage.models.items())]
+        unmodelled = timing.usage.unmodelled(graph.measured_us)
+    run_id, measured = ground_truth(store, trace_set_id, target, mode, workload_run_id)
+    return Prediction(trace_set_id=int(trace_set_id), mode=mode, source_platform=source, target_platform=target,
+                      result=result, predicted_us=predicted, iterations=iterations, measured_us=measured,
+                      workload_run_id=run_id, models=models_used, overhead_version=version, unmodelled=unmodelled,
+                      elapsed_s=time.perf_counter() - started)
+
+
+def predict_and_store(store: Store, run_id: str, trace_set_id: int | None = None, workload_run_id: str | None = None,
+                      **options: Any) -> tuple[int, Prediction]:
+    """Predict a trace set (or the trace set of a workload run) and store it under run ``run_id``."""
+    if (trace_set_id is None) == (workload_run_id is None):
+        raise PmdbError("give a workload run id or --trace-set ID (exactly one)")
+    if workload_run_id is not None:
+        trace_set_id = trace_set_for_run(store, workload_run_id)
+    pred = predict_trace_set(store, int(trace_set_id), workload_run_id=workload_run_id, **options)
+    return store_prediction(store, run_id, pred), pred
+
+
+def pending_runs(store: Store, platform: str, models: str = "champion", cache_state: str | None = None) -> list[str]:
+    """Completed workload runs of ``platform`` with a trace set and no model-mode prediction made with versions
+    that ``models`` still selects and the latest overhead version."""
+    from fitters.load import select_models
+
+    alias, versions = parse_spec(models)
+    state = None if cache_state == BLEND else cache_state
+    current = {(r.name, int(r.version)) for r in select_models(store, platform, alias or "champion",
+                                                                  versions=versions, cache_state=state)}
+    latest = Overheads.latest(store, platform).version
+    runs = store.query("SELECT w.run_id FROM v_workload_runs w WHERE w.platform = ? AND EXISTS "
+                       "(SELECT 1 FROM v_trace_sets t WHERE t.workload_id = w.workload_id) ORDER BY w.finished_at",
+                       [platform])["run_id"].tolist()
+    used = store.query("SELECT p.prediction_id, p.workload_run_id, p.overhead_version, m.name, m.version "
+                       "FROM v_predictions p LEFT JOIN prediction_models m USING (prediction_id) "
+                       "WHERE p.mode = 'model' AND p.target_platform = ?", [platform])
+    fresh = set()
+    for (pid, run), group in used.groupby(["prediction_id", "workload_run_id"], dropna=False):
+        versions = {(n, int(v)) for n, v in zip(group["name"], group["version"]) if not pd.isna(n)}
+        same_overheads = group["overhead_version"].iloc[0] == latest or (
+            pd.isna(group["overhead_version"].iloc[0]) and latest is None)
+        if versions and versions <= current and same_overheads:
+            fresh.add(run)
+    return [r for r in runs if r not in fresh]

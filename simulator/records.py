@@ -1,0 +1,128 @@
+"""Stored predictions: the row written per prediction (with the exact model and overhead versions used) and the
+ground truth it is judged against. Times are µs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+from simulator.engine import SimResult
+
+
+@dataclass
+class ModelUse:
+    """One registered model version used by a prediction and how many kernels it predicted."""
+
+    name: str
+    version: int
+    ops_predicted: int
+
+
+@dataclass
+class Prediction:
+    """A prediction of one trace set's per-iteration time, ready to store."""
+
+    trace_set_id: int
+    mode: str                               # 'model' or 'replay'
+    source_platform: str
+    target_platform: str
+    result: SimResult                       # the representative (median) iteration, from an idle machine
+    predicted_us: float                     # steady-state iteration time, median over the simulated iterations
+    iterations: int = 1
+    measured_us: float | None = None
+    workload_run_id: str | None = None
+    models: list[ModelUse] = field(default_factory=list)
+    overhead_version: int | None = None
+    unmodelled: list[dict[str, Any]] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def model_set(self) -> str | None:
+        """Canonical text of the versions used, ``name:version`` sorted and comma-separated (None in replay)."""
+        if self.mode == "replay":
+            return None
+        return ",".join(f"{m.name}:{m.version}" for m in sorted(self.models, key=lambda m: m.name)) or "(none)"
+
+    @property
+    def rel_error(self) -> float | None:
+        if not self.measured_us:
+            return None
+        return (self.predicted_us - self.measured_us) / self.measured_us
+
+    def per_rank(self) -> list[dict[str, Any]]:
+        return [r.as_dict() for r in self.result.ranks]
+
+
+def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
+    """Insert the prediction and its model versions; returns the prediction id."""
+    res = pred.result
+    with store.transaction():
+        prediction_id = store.insert_one("predictions", {
+            "run_id": run_id, "trace_set_id": int(pred.trace_set_id), "workload_run_id": pred.workload_run_id,
+            "source_platform": pred.source_platform, "target_platform": pred.target_platform, "mode": pred.mode,
+            "model_set": pred.model_set, "overhead_version": pred.overhead_version,
+            "predicted_us": float(pred.predicted_us), "isolated_us": res.predicted_us,
+            "device_active_us": res.device_active_us,
+            "baseline_us": res.baseline_us, "comm_unoverlapped_frac": res.comm_unoverlapped_frac,
+            "measured_us": pred.measured_us, "per_rank": pred.per_rank(), "unmodelled": pred.unmodelled,
+            "iterations": pred.iterations, "elapsed_s": pred.elapsed_s}, returning="prediction_id")
+        for use in pred.models:
+            store.insert_one("prediction_models", {"prediction_id": prediction_id, "name": use.name,
+                                                   "version": int(use.version), "ops_predicted": use.ops_predicted})
+    return int(prediction_id)
+
+
+def trace_set_info(store: Store, trace_set_id: int) -> dict[str, Any]:
+    """The trace set's row (completed runs only) with its platform's semantics."""
+    frame = store.query("SELECT t.*, p.semantics FROM v_trace_sets t JOIN platforms p ON p.name = t.platform "
+                        "WHERE t.trace_set_id = ?", [int(trace_set_id)])
+    if frame.empty:
+        known = store.query("SELECT trace_set_id FROM v_trace_sets ORDER BY trace_set_id")["trace_set_id"].tolist()
+        raise PmdbError(f"no completed trace set {trace_set_id} (known: {_ids(known)})")
+    return frame.iloc[0].to_dict()
+
+
+def trace_set_for_run(store: Store, workload_run_id: str) -> int:
+    """The latest completed trace set captured for the workload of a workload run (same workload id)."""
+    run = store.query("SELECT workload_id, platform FROM v_workload_runs WHERE run_id = ?", [workload_run_id])
+    if run.empty:
+        raise PmdbError(f"no completed workload run {workload_run_id!r} (`pmdb runs --kind workload` lists them)")
+    found = store.scalar("SELECT trace_set_id FROM v_trace_sets WHERE workload_id = ? "
+                         "ORDER BY (platform = ?) DESC, created_at DESC, trace_set_id DESC LIMIT 1",
+                         [int(run.iloc[0]["workload_id"]), run.iloc[0]["platform"]])
+    if found is None:
+        raise PmdbError(f"workload run {workload_run_id} has no captured trace set to predict from "
+                        f"(workload {int(run.iloc[0]['workload_id'])})")
+    return int(found)
+
+
+def ground_truth(store: Store, trace_set_id: int, target_platform: str, mode: str,
+                 workload_run_id: str | None = None) -> tuple[str | None, float | None]:
+    """(workload run id, measured µs) a prediction is judged against.
+
+    Replay reproduces the traced execution, so it is judged against the trace's own median iteration time.
+    Model mode is judged against a measured workload run (the given one, else the latest run of the trace set's
+    workload on the target platform), falling back to the trace's own time when there is none.
+    """
+    info = trace_set_info(store, trace_set_id)
+    own = None if pd.isna(info.get("measured_us")) else float(info["measured_us"])
+    if mode == "replay":
+        return None, own
+    if workload_run_id is not None:
+        value = store.scalar("SELECT measured_us FROM v_workload_runs WHERE run_id = ?", [workload_run_id])
+        return workload_run_id, None if value is None else float(value)
+    if info.get("workload_id") is not None and not pd.isna(info.get("workload_id")):
+        row = store.conn.execute(
+            "SELECT run_id, measured_us FROM v_workload_runs WHERE workload_id = ? AND platform = ? "
+            "AND measured_us IS NOT NULL ORDER BY finished_at DESC LIMIT 1",
+            [int(info["workload_id"]), target_platform]).fetchone()
+        if row is not None:
+            return row[0], float(row[1])
+    return None, own if info["platform"] == target_platform else None
+
+
+def _ids(values: list[Any]) -> str:
+    return ", ".join(str(v) for v in values[:20]) + (" ..." if len(values) > 20 else "") if values else "none"

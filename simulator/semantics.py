@@ -1,0 +1,110 @@
+"""Execution semantics: how one rank's CPU clock and stream fronts move (the per-rank rules of Algorithm 1).
+
+Two platforms kinds, one interface:
+
+* ``async_device`` (CUDA): the CPU thread launches kernels onto a compute and a communication stream and goes on;
+  a kernel starts at ``max(stream front + 1 µs, cpu + T4/2)`` (paper Algorithm 1, line 21) and the CPU pays T4 per
+  launch. An intra-rank sync aligns the two stream fronts; the CPU clock does not wait for it.
+* ``sync_host`` (CPU, e.g. gloo): compute ops run on the calling thread, so a compute "kernel" advances the CPU clock
+  by its own duration; collectives run on the backend's communication thread, starting ``T4`` (the hand-over
+  latency) after the launch, queued behind the collective still running, without blocking the caller. An
+  intra-rank sync (a consumer of the last collective's output) makes the calling thread wait for it.
+
+All times are µs. The state records every stream interval so that device-active time and overlap can be computed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pmdb.errors import PmdbError
+from simulator.graph import Stream
+
+COMPUTE = int(Stream.COMPUTE)
+COMM = int(Stream.COMM)
+
+
+@dataclass(slots=True)
+class RankState:
+    """One rank's clocks (µs): the CPU thread, the stream fronts, busy intervals and summed kernel times."""
+
+    cpu: float = 0.0
+    fronts: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    starts: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
+    ends: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
+    kernel_sum: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    last_comm: int | None = None
+
+    def record(self, stream: int, start: float, dur: float) -> None:
+        end = start + dur
+        self.fronts[stream] = end
+        self.starts[stream].append(start)
+        self.ends[stream].append(end)
+        self.kernel_sum[stream] += dur
+
+    def set_comm_end(self, end: float) -> None:
+        """Inter-rank sync: the communication stream is occupied until the collective ends on every rank."""
+        self.fronts[COMM] = end
+        if self.ends[COMM]:
+            self.ends[COMM][-1] = end
+
+    def host_wait(self, streams: tuple[int, ...]) -> None:
+        """A host sync: the CPU clock moves to the front of the given streams."""
+        for s in streams:
+            if self.fronts[s] > self.cpu:
+                self.cpu = self.fronts[s]
+
+
+class AsyncDevice:
+    """CUDA-like semantics (paper Algorithm 1 as written)."""
+
+    name = "async_device"
+    kernel_gap_us = 1.0  # minimum gap between consecutive kernels on one stream (Algorithm 1, line 21)
+
+    def intra_sync(self, s: RankState) -> None:
+        front = max(s.fronts)
+        s.fronts[COMPUTE] = s.fronts[COMM] = front
+
+    def collective_sync(self, s: RankState) -> None:
+        """A new collective: the two streams are aligned (Algorithm 1, lines 12–15)."""
+        self.intra_sync(s)
+
+    def kernel(self, s: RankState, stream: int, dur: float, t4: float) -> None:
+        start = max(s.fronts[stream] + self.kernel_gap_us, s.cpu + t4 / 2.0)
+        s.record(stream, start, dur)
+        s.cpu += t4
+
+
+class SyncHost:
+    """CPU semantics: compute on the calling thread, collectives on a communication thread."""
+
+    name = "sync_host"
+    kernel_gap_us = 0.0
+
+    def intra_sync(self, s: RankState) -> None:
+        front = max(s.cpu, s.fronts[COMPUTE], s.fronts[COMM])
+        s.cpu = s.fronts[COMPUTE] = s.fronts[COMM] = front
+
+    def collective_sync(self, s: RankState) -> None:
+        """A new collective does not block the caller: the backend queues it behind the running one (its start
+        is max(communication front, launch) in :meth:`kernel`). Traces of DDP on gloo show the next bucket's
+        all_reduce launched while the previous one still runs."""
+
+    def kernel(self, s: RankState, stream: int, dur: float, t4: float) -> None:
+        if stream == COMPUTE:
+            start = max(s.cpu, s.fronts[COMPUTE])
+            s.record(COMPUTE, start, dur)
+            s.cpu = start + dur
+        else:
+            start = max(s.fronts[COMM], s.cpu + t4)
+            s.record(COMM, start, dur)
+
+
+SEMANTICS = {"async_device": AsyncDevice, "sync_host": SyncHost}
+
+
+def get(name: str) -> AsyncDevice | SyncHost:
+    """The semantics object of a platform's ``semantics`` column."""
+    try:
+        return SEMANTICS[name]()
+    except KeyError:
+        raise PmdbError(f"unknown execution semantics {name!r} (known: {', '.join(SEMANTICS)})") from None

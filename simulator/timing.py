@@ -1,0 +1,260 @@
+"""Model-mode timing: kernel times from the target platform's models, CPU times from its overhead table (µs).
+
+Every op (and, on a CPU, every nested op an op is composed of) is mapped to the ops collector's vocabulary
+(:mod:`simulator.opmap`); the rows of each model are predicted in ONE batched call per model per trace. Then:
+
+* whole-op models: a registered kernel model of (op, pass) gives the op's device time (on a CPU its time on the
+  calling thread, which the microbenchmark measured including its dispatch);
+* otherwise an op is composed from the overhead table: T2 + its children's times + T5 between them + T3, a leaf
+  costing its T5 (whole-op time); a leaf the table does not hold but opmap maps gets the roofline of the platform's
+  measured peaks; anything else keeps its traced time and is reported as unmodelled (count, share of the trace);
+* collectives: the collective model at the trace's world size, with the message size the max over ranks;
+* CPU gaps: T1 before each op; GPU launches: T2 before the first, T5 between, T4 per launch API, T3 after.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.embedding_stats import BATCHED_MARKERS, EmbeddingStats
+from simulator.engine import TimedOp
+from simulator.graph import Op, Stream, TraceGraph
+from simulator.models import ModelSet, Overheads
+from simulator.opmap import NO_WORK, Mapped, map_op
+
+COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
+
+
+def _z(value: float | None) -> float:
+    return 0.0 if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+@dataclass
+class _Row:
+    """One op instance that a model (or the roofline) predicts."""
+
+    node: Op
+    mapped: Mapped
+    extra: dict[str, Any] = field(default_factory=dict)
+    implementation: str | None = None
+
+
+def implementation(node: Op, mapped: Mapped) -> str | None:
+    """Which measured implementation an op instance is: FBGEMM's TBE or torch EmbeddingBag for lookups."""
+    if mapped.op != "embedding_lookup":
+        return None
+    return "fbgemm_tbe" if any(m in node.name.lower() for m in BATCHED_MARKERS) else "torch_embedding_bag"
+
+
+@dataclass
+class Usage:
+    """Which model versions predicted how many ops; what fell back to the roofline or the trace."""
+
+    models: dict[tuple[str, int], int] = field(default_factory=dict)
+    fallback: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (op, kind) -> [count, traced µs]
+
+    def fell_back(self, name: str, kind: str, traced_us: float) -> None:
+        entry = self.fallback.setdefault((name, kind), [0, 0.0])
+        entry[0] += 1
+        entry[1] += _z(traced_us)
+
+    def unmodelled(self, measured_us: float) -> list[dict[str, Any]]:
+        """[{"op", "count", "measured_share", "fallback"}] sorted by share (share of the traced iteration time)."""
+        out = [{"op": name, "count": int(c), "fallback": kind,
+                "measured_share": (t / measured_us) if measured_us and not math.isnan(measured_us) else None}
+               for (name, kind), (c, t) in self.fallback.items()]
+        return sorted(out, key=lambda r: -(r["measured_share"] or 0.0))
+
+
+class ModelTiming:
+    """Turns TraceGraphs into timed programs with a platform's models and overheads."""
+
+    def __init__(self, models: ModelSet, overheads: Overheads, semantics: str,
+                 embedding: EmbeddingStats | None = None):
+        self.models = models
+        self.overheads = overheads
+        self.sync_host = semantics == "sync_host"
+        self.embedding = embedding or EmbeddingStats()
+        self.usage = Usage()
+        self._time: dict[int, float] = {}
+        self._comm: dict[tuple[tuple[str, int], float], float] = {}
+
+    # ---- batched prediction --------------------------------------------------------------------------------------
+    def _collect(self, node: Op, rank: int, rows: list[_Row]) -> None:
+        """Map a node; when no whole-op model covers it on a CPU, descend into its children."""
+        mapped = map_op(node)
+        if isinstance(mapped, Mapped) and self.models.kernel(mapped.op, mapped.pass_) is not None:
+            extra = self.embedding.for_op(rank, node, mapped) if mapped.op == "embedding_lookup" else {}
+            if extra is not None:
+                rows.append(_Row(node, mapped, extra, implementation(node, mapped)))
+                return
+        if self.sync_host and node.sub:
+            for child in node.sub:
+                self._collect(child, rank, rows)
+        elif isinstance(mapped, Mapped) and mapped.op != "embedding_lookup":
+            rows.append(_Row(node, mapped))            # roofline, unless the overhead table holds the leaf
+
+    def _predict(self, rows: list[_Row]) -> None:
+        groups: dict[tuple[str, str, str | None], list[_Row]] = {}
+        for row in rows:
+            groups.setdefault((row.mapped.op, row.mapped.pass_, row.implementation), []).append(row)
+        for key, group in groups.items():
+            ref = self.models.kernel(*key)
+            frame = pd.DataFrame([{**r.mapped.params, **r.extra} for r in group])
+            if ref is not None:
+                times = np.asarray(ref.model.predict(frame), dtype=float)
+                partner = self.models.warm_partner(*key)
+                used = [ref] if partner is None else [ref, partner]
+                if partner is not None:  # in-context between warm and cold caches: their geometric mean
+                    times = np.sqrt(times * np.asarray(partner.model.predict(frame), dtype=float))
+                for model in used:
+                    self.usage.models[(model.name, model.version)] = \
+                        self.usage.models.get((model.name, model.version), 0) + len(group)
+                for r, t in zip(group, times):
+                    self._time[id(r.node)] = float(t)
+            else:
+                times = self._roofline(key[:2], frame)
+                if times is None:
+                    continue
+                for r, t in zip(group, times):
+                    if not self.sync_host or self.overheads.get(r.node.name, "T5") is None:
+                        self._time[id(r.node)] = float(t)
+                        self.usage.fell_back(r.node.name, "roofline", r.node.cpu_dur_us)
+
+    def _roofline(self, key: tuple[str, str], frame: pd.DataFrame) -> np.ndarray | None:
+        peaks = self.models.peaks
+        if not peaks.get("gemm_flops") or not peaks.get("mem_bw"):
+            return None
+        from fitters.roofline import uncalibrated
+
+        return np.asarray(uncalibrated(key[0], key[1], "float32", peaks).predict(frame), dtype=float)
+
+    # ---- composition -----------------------------------------------------------------------------------------
+    def _op_time(self, node: Op) -> float:
+        """Time of an op on a CPU: its model, or T2 + children + T5 gaps + T3, or its T5, or its traced time."""
+        if id(node) in self._time:
+            return self._time[id(node)]
+        if node.sub:
+            t2, t3, t5 = (self._table(node.name, kind) for kind in ("T2", "T3", "T5"))
+            return t2 + t3 + t5 * (len(node.sub) - 1) + sum(self._op_time(c) for c in node.sub)
+        whole = self.overheads.get(node.name, "T5")
+        if whole is not None:
+            return whole
+        if map_op(node) is NO_WORK:
+            return self.overheads.typical("T5")
+        self.usage.fell_back(node.name, "trace", node.cpu_dur_us)
+        return _z(node.cpu_dur_us)
+
+    def _table(self, name: str, kind: str) -> float:
+        """The overhead of ``kind`` for an op name, else the typical one of that kind."""
+        value = self.overheads.get(name, kind)
+        return value if value is not None else self.overheads.typical(kind)
+
+    def _t1(self, op: Op) -> float:
+        return self._table(op.name, "T1")
+
+    def _predict_collectives(self, graph: TraceGraph, sizes: dict[int, float]) -> None:
+        """One batched call per collective model: time of every (kind, message size) of the trace."""
+        wanted: dict[tuple[str, int], set[float]] = {}
+        for rg in graph.ranks:
+            for k, i in enumerate(rg.collectives()):
+                size = sizes.get(k, float("nan"))
+                ref = self.models.collective(rg.ops[i].collective or "", len(graph.ranks))
+                if ref is not None and not math.isnan(size):
+                    wanted.setdefault((ref.name, ref.version), set()).add(size)
+        refs = {(r.name, r.version): r for r in self.models.collectives.values()}
+        for key, values in wanted.items():
+            ordered = sorted(values)
+            times = refs[key].model.predict(pd.DataFrame({"max_rank_bytes": ordered}))
+            self._comm.update({(key, size): float(t) for size, t in zip(ordered, times)})
+
+    def _comm_time(self, graph: TraceGraph, op: Op, size: float) -> float:
+        """A collective's time from its model (predicted in :meth:`_predict_collectives`), else the traced one."""
+        ref = self.models.collective(op.collective or "", len(graph.ranks))
+        key = None if ref is None else (ref.name, ref.version)
+        if key is None or (key, size) not in self._comm:
+            traced = sum(_z(k.dur_us) for k in op.kernels if k.stream == Stream.COMM)
+            self.usage.fell_back(op.name, "trace", traced)
+            return traced
+        self.usage.models[key] = self.usage.models.get(key, 0) + 1
+        return self._comm[(key, size)]
+
+    def _cpu_program(self, graph: TraceGraph, rank: int, sizes: dict[int, float]) -> list[TimedOp]:
+        out = []
+        for i, op in enumerate(graph.ranks[rank].ops):
+            timed = TimedOp(t1=self._t1(op), is_collective=op.is_collective, waits_on=op.waits_on,
+                            sync_streams=tuple(int(s) for s in op.sync_streams))
+            if op.is_collective:
+                # the traced call time of a collective contains its execution and the wait for peers, which the
+                # collective model and the synchronisation account for: only launch overheads go on the thread
+                launch, after = (self._table(op.name, kind) for kind in ("T2", "T3"))
+                timed.kernels = ((COMM, self._comm_time(graph, op, sizes.get(i, float("nan"))), 0.0, launch),)
+                timed.t3 = after
+            else:
+                timed.kernels = ((COMPUTE, self._op_time(op), 0.0, 0.0),)
+            out.append(timed)
+        out.append(TimedOp(t1=self.overheads.typical("T1")))
+        return out
+
+    def _gpu_program(self, graph: TraceGraph, rank: int, sizes: dict[int, float]) -> list[TimedOp]:
+        ops = graph.ranks[rank].ops
+        launched = any(k.launch_name for op in ops for k in op.kernels)  # False: a CPU trace on a GPU target
+        out = []
+        for i, op in enumerate(ops):
+            timed = TimedOp(t1=self._t1(op), is_collective=op.is_collective, waits_on=op.waits_on,
+                            sync_streams=tuple(int(s) for s in op.sync_streams))
+            t2, t3, t5 = (self._table(op.name, kind) for kind in ("T2", "T3", "T5"))
+            if not launched and (op.is_collective or id(op) in self._time):
+                # a CPU trace predicted for a GPU: each modelled op launches one kernel of its predicted time
+                stream, dur = ((COMM, self._comm_time(graph, op, sizes.get(i, float("nan")))) if op.is_collective
+                               else (COMPUTE, self._time[id(op)]))
+                timed.kernels, timed.t3 = ((stream, dur, self.overheads.typical("T4"), t2),), t3
+                out.append(timed)
+                continue
+            if not op.kernels:
+                timed.cpu_us = t5
+                out.append(timed)
+                continue
+            comm = self._comm_time(graph, op, sizes.get(i, float("nan"))) if op.is_collective else None
+            compute = [k for k in op.kernels if k.stream == Stream.COMPUTE]
+            measured = sum(_z(k.dur_us) for k in compute)
+            total = self._time.get(id(op))
+            if total is None and compute:
+                self.usage.fell_back(op.name, "trace", measured)
+            kernels = []
+            for j, k in enumerate(op.kernels):
+                if k.stream == Stream.COMM:
+                    dur = comm if comm is not None else _z(k.dur_us)
+                elif total is None:
+                    dur = _z(k.dur_us)
+                else:   # the op's predicted time, spread over its kernels as the trace spread it
+                    dur = total * (_z(k.dur_us) / measured if measured > 0 else 1.0 / len(compute))
+                kernels.append((int(k.stream), dur, self._table(k.launch_name, "T4"), t2 if j == 0 else t5))
+            timed.kernels, timed.t3 = tuple(kernels), t3
+            out.append(timed)
+        out.append(TimedOp(t1=self.overheads.typical("T1")))
+        return out
+
+    def programs(self, graph: TraceGraph) -> list[list[TimedOp]]:
+        """Per rank, the timed program of one iteration (all model calls batched over every rank)."""
+        rows: list[_Row] = []
+        self.embedding.reset()
+        for rank, rg in enumerate(graph.ranks):
+            for op in rg.ops:
+                if not op.is_collective:
+                    self._collect(op, rank, rows)
+        self._predict(rows)
+        sizes: dict[int, float] = {}
+        for rg in graph.ranks:
+            for k, i in enumerate(rg.collectives()):
+                size = rg.ops[i].comm_bytes
+                if not math.isnan(size):
+                    sizes[k] = max(sizes.get(k, 0.0), size)
+        self._predict_collectives(graph, sizes)
+        by_index = [{i: sizes.get(k, float("nan")) for k, i in enumerate(rg.collectives())} for rg in graph.ranks]
+        build = self._cpu_program if self.sync_host else self._gpu_program
+        return [build(graph, r, by_index[r]) for r in range(len(graph.ranks))]

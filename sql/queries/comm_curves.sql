@@ -1,0 +1,13 @@
+-- Collective latency (p50, us) and bus bandwidth (GB/s) per message size, per platform, collective, world size and split kind.
+-- Reads the aggregated rows (rank IS NULL) of completed runs; repeated measurements of a size are combined by median.
+-- message size = max over ranks of max(bytes sent, bytes received) (the collective model's size).
+SELECT platform, collective, world_size, split_kind, max_rank_bytes,
+       count(*)                          AS n_rows,
+       median(lat_p50_us)                AS lat_p50_us,
+       median(busbw_gbps)                AS busbw_gbps,
+       median(algbw_gbps)                AS algbw_gbps,
+       string_agg(DISTINCT source, ',' ORDER BY source) AS sources
+FROM v_collective_measurements
+WHERE rank IS NULL
+GROUP BY platform, collective, world_size, split_kind, max_rank_bytes
+ORDER BY platform, collective, world_size, split_kind, max_rank_bytes;

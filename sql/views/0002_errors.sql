@@ -1,0 +1,50 @@
+-- Error statistics over completed runs (method.md section 2). |e| = |predicted - measured| / measured;
+-- geomean |e| is the GMAE of pmdb.metrics: exp(mean(ln(|e| + 4e-4))).
+
+-- Kernel and collective models: held-out test errors per registered version, with their aliases.
+CREATE OR REPLACE VIEW v_kernel_model_errors AS
+    SELECT m.platform, m.op, m.pass, m.family, m.name, m.version, m.world_size, m.implementation, m.cache_state,
+           m.test_gmae, m.test_mape, m.test_std, m.n_train, m.n_test,
+           (SELECT string_agg(a.alias, ',' ORDER BY a.alias) FROM model_aliases a
+             WHERE a.name = m.name AND a.version = m.version) AS aliases,
+           m.created_at
+    FROM model_versions m LEFT JOIN collection_runs r USING (run_id)
+    WHERE m.run_id IS NULL OR r.status = 'completed';
+
+-- One row per prediction that has ground truth: the latest prediction of each (trace set, mode, model set,
+-- target platform, overhead version), with its workload's family and shape, its error and its baseline's error.
+CREATE OR REPLACE VIEW v_prediction_errors AS
+    SELECT p.prediction_id, p.trace_set_id, p.workload_run_id, p.source_platform, p.target_platform AS platform,
+           p.mode, coalesce(p.model_set, '(trace durations)') AS model_set,
+           CASE WHEN p.model_set IS NULL THEN 'replay' ELSE 'set-' || left(md5(p.model_set), 8) END AS model_set_id,
+           p.overhead_version,
+           coalesce(w.family, 'other') AS family, coalesce(w.name, t.label) AS workload, t.world_size,
+           w.batch_size, w.sharder, p.predicted_us, p.measured_us, p.baseline_us, p.device_active_us,
+           p.comm_unoverlapped_frac,
+           (p.predicted_us - p.measured_us) / p.measured_us AS rel_error,
+           abs(p.predicted_us - p.measured_us) / p.measured_us AS abs_error,
+           (p.baseline_us - p.measured_us) / p.measured_us AS baseline_rel_error,
+           abs(p.baseline_us - p.measured_us) / p.measured_us AS baseline_abs_error,
+           p.elapsed_s, p.created_at
+    FROM predictions p
+    JOIN completed_runs r USING (run_id)
+    JOIN trace_sets t USING (trace_set_id)
+    LEFT JOIN workloads w ON w.workload_id = t.workload_id
+    WHERE p.measured_us IS NOT NULL AND p.measured_us > 0
+    QUALIFY row_number() OVER (PARTITION BY p.trace_set_id, p.mode, p.model_set, p.target_platform,
+                                            p.overhead_version, p.workload_run_id
+                               ORDER BY p.created_at DESC, p.prediction_id DESC) = 1;
+
+-- E2E errors by platform, workload family, world size, mode and model-version set (model_set_id: a short
+-- digest of the canonical version list; v_prediction_errors has the full text beside it).
+CREATE OR REPLACE VIEW v_e2e_errors AS
+    SELECT platform, family, world_size, mode, model_set_id,
+           count(*) AS n,
+           exp(avg(ln(abs_error + 4e-4))) AS geomean_abs_error,
+           min(abs_error) AS min_abs_error,
+           max(abs_error) AS max_abs_error,
+           avg(abs_error) AS mape,
+           avg(rel_error) AS mean_rel_error,
+           exp(avg(ln(baseline_abs_error + 4e-4))) AS baseline_geomean_abs_error
+    FROM v_prediction_errors
+    GROUP BY platform, family, world_size, mode, model_set_id;

@@ -1,0 +1,83 @@
+"""Op specs: grid sizes, determinism, seeded sampling, bounds and parameter checking."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collectors.ops import registry
+from collectors.ops.registry import LARGE_BOUND_US, QUICK_COUNT, canonical
+from pmdb.errors import PmdbError
+
+
+def _keys(configs):
+    return [canonical(c) for c in configs]
+
+
+def test_ml_ops_have_enough_default_configs():
+    for name, spec in registry.load().items():
+        configs = spec.configs("default", np.random.default_rng(0), 0)
+        if spec.model == "ml":
+            assert len(configs) >= 300, name
+        else:
+            assert len(configs) >= 30, name
+        assert len(set(_keys(configs))) == len(configs), name
+        assert len(spec.configs("quick", np.random.default_rng(0), 0)) == QUICK_COUNT
+
+
+def test_default_grid_is_deterministic_and_random_is_seeded():
+    spec = registry.get("bmm")
+    assert _keys(spec.configs("default", np.random.default_rng(1), 0)) == \
+        _keys(spec.configs("default", np.random.default_rng(2), 0))
+    a = spec.configs("random", np.random.default_rng(5), 20)
+    b = spec.configs("random", np.random.default_rng(5), 20)
+    c = spec.configs("random", np.random.default_rng(6), 20)
+    assert len(a) == 20 and _keys(a) == _keys(b) and _keys(a) != _keys(c)
+    assert all(spec.estimate_us(x) <= LARGE_BOUND_US for x in a)
+
+
+def test_embedding_default_configs_are_fixed_and_mix_heavy_and_light_tables():
+    spec = registry.get("embedding_lookup")
+    a = spec.configs("default", np.random.default_rng(0), 0)
+    assert _keys(a) == _keys(spec.configs("default", np.random.default_rng(9), 0))
+    pooling = np.concatenate([c["L"] for c in a])
+    assert (pooling >= 20).mean() > 0.2 and (pooling < 20).mean() > 0.2
+    assert len({len(c["E"]) for c in a}) > 3  # varying table counts
+
+
+def test_large_grid_is_larger():
+    spec = registry.get("fully_connected")
+    default = spec.configs("default", np.random.default_rng(0), 0)
+    large = spec.configs("large", np.random.default_rng(0), 0)
+    assert max(spec.flops(c) for c in large) > 10 * max(spec.flops(c) for c in default)
+
+
+def test_bad_op_name():
+    with pytest.raises(PmdbError, match="unknown op 'convolution'.*conv2d"):
+        registry.get("convolution")
+
+
+@pytest.mark.parametrize("op, config, message", [
+    ("fully_connected", {"M": 4, "N": 4, "K": 4, "Q": 1}, "unknown parameter"),
+    ("fully_connected", {"M": 4, "N": 4}, "missing parameter"),
+    ("fully_connected", {"M": 4, "N": -4, "K": 4}, "bad value -4 for N"),
+    ("fully_connected", {"M": 4.5, "N": 4, "K": 4}, "bad value 4.5 for M"),
+    ("bmm", {"B": "two", "M": 4, "N": 4, "K": 4}, "bad value 'two' for B"),
+    ("conv1d", {"B": 1, "L": 8, "IC": 3, "OC": 4, "groups": 2}, "do not make a valid conv1d"),
+    ("conv1d", {"B": 1, "L": 8, "IC": 3, "OC": 4, "groups": 0}, "do not make a valid conv1d"),
+    ("conv2d", {"B": 1, "H": 8, "IC": 3, "OC": 4, "stride": 1.5, "dilation": 1, "FH": 3, "is_depthwise": 0},
+     "bad value 1.5 for stride"),
+    ("dropout", {"B": 1, "M": 8, "N": 8, "p": 1.5}, "do not make a valid dropout"),
+    ("fully_connected", {"B": 2, "M": 4, "N": 4, "K": 4}, "B is fixed at 1"),
+    ("embedding_lookup", {"B": 8, "E": [10, 20], "D": [4], "L": [1, 1]}, "one value per table"),
+    ("embedding_lookup", {"B": 8, "E": [10], "D": [4], "L": [0]}, "pooling factors"),
+    ("embedding_lookup", {"B": 8, "E": [10], "D": [4], "L": [1], "sources": ["gauss"]}, "bad index source"),
+])
+def test_bad_parameters(op, config, message):
+    with pytest.raises(PmdbError, match=message):
+        registry.get(op).check(config)
+
+
+def test_memory_estimates_grow_with_size():
+    spec = registry.get("layer_norm")
+    small, big = spec.check({"B": 1, "M": 8, "N": 8}), spec.check({"B": 64, "M": 512, "N": 1024})
+    assert 0 < spec.memory(small) < spec.memory(big)

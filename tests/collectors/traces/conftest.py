@@ -1,0 +1,34 @@
+"""Fixtures of the trace tests: real traces recorded once per session (a CPU training loop in three passes, and a
+2-rank gloo program), and a helper to store a trace set in a fresh store."""
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # spawned ranks import traces_recording by name
+
+import traces_recording  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cpu_passes(tmp_path_factory) -> dict[str, Path]:
+    """Kineto-only, ET-only and joint (Kineto + ET) passes of a tiny MLP training step, 3 marked iterations."""
+    return traces_recording.record_cpu_passes(tmp_path_factory.mktemp("cpu_passes"))
+
+
+@pytest.fixture(scope="session")
+def gloo_traces(tmp_path_factory) -> Path:
+    """Per rank of a 2-rank gloo program (all_reduce, all_to_all_single): kineto_<r>.json and et_<r>.json."""
+    import torch.multiprocessing as mp
+
+    out = tmp_path_factory.mktemp("gloo")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(traces_recording.gloo_rank, args=(2, port, str(out)), nprocs=2)
+    return out

@@ -1,0 +1,64 @@
+"""The multi-rank launcher with real processes and a real gloo process group."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from collectors.workloads.runner import RankFailed, free_port, launch
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def targets(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the ranks import rank_targets by name
+    import rank_targets
+    return rank_targets
+
+
+def test_results_come_back_in_rank_order(targets):
+    out = launch(targets.all_reduce_rank, 3, 10)
+    assert [r["rank"] for r in out] == [0, 1, 2]
+    assert [r["env_rank"] for r in out] == ["0", "1", "2"]
+    assert all(r["sum"] == 10 * 3 + 0 + 1 + 2 for r in out)
+    assert len({r["pid"] for r in out}) == 3
+
+
+def test_a_failing_rank_fails_the_launch_with_its_message(targets):
+    started = time.monotonic()
+    with pytest.raises(RankFailed) as info:
+        launch(targets.fail_on_rank_one, 2, "table 7 is corrupt")
+    assert info.value.rank == 1
+    assert "ValueError: table 7 is corrupt" in str(info.value)
+    assert "fail_on_rank_one" in info.value.details  # the remote traceback
+    assert time.monotonic() - started < 30  # rank 0, blocked in a barrier, was stopped
+
+
+def test_a_dying_rank_is_reported_with_exit_code_and_log(targets, tmp_path):
+    with pytest.raises(RankFailed) as info:
+        launch(targets.die_on_rank_one, 2, 3, log_dir=tmp_path)
+    assert info.value.rank == 1 and "exited with code 3" in str(info.value)
+    assert "about to die" in info.value.details
+
+
+def test_timeout(targets):
+    with pytest.raises(RankFailed, match="timed out"):
+        launch(targets.die_on_rank_one, 1, 0, timeout_s=1)
+
+
+def test_free_port_is_bindable():
+    import socket
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+    assert 1024 <= port <= 65535
+
+
+@pytest.mark.parametrize("plan, world_size", [([1, 0, 2, 1, 0], 3), ([1, 1, 1], 2), ([0, 1, 0, 1], 2)])
+def test_dlrm_exchange_routes_rows_and_gradients(targets, plan, world_size):
+    out = launch(targets.exchange_check, world_size, (plan, 4, 6 * world_size))
+    for result in out:
+        assert result["shape"] == [6, 4 * len(plan)]
+        assert result["forward"] == 0.0 and result["backward"] == 0.0

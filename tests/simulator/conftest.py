@@ -1,0 +1,68 @@
+"""Fixtures of the simulator tests: a real 2-rank CPU trace set and the shared GPU trace, stored in a workspace."""
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SHARED_GPU = HERE.parents[2] / "shared" / "data" / "traces" / "gpu"
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # spawned ranks import sim_recording by name
+
+import sim_recording  # noqa: E402
+
+from collectors.traces.ingest import RankTraces, ingest_trace_set  # noqa: E402
+from pmdb import platform as platforms  # noqa: E402
+from pmdb.config import Workspace  # noqa: E402
+from pmdb.store import Store  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def cpu_trace_files(tmp_path_factory) -> Path:
+    """Kineto and ET files of both ranks of the 2-rank CPU step (recorded once per session)."""
+    import torch.multiprocessing as mp
+
+    out = tmp_path_factory.mktemp("cpu_two_ranks")
+    mp.spawn(sim_recording.rank_main, args=(2, _free_port(), str(out)), nprocs=2)
+    return out
+
+
+def ingest(store: Store, platform: str, ranks: list[RankTraces], label: str, source: str,
+           workload_id: int | None = None) -> int:
+    with store.run("trace", platform, {"label": label}) as run:
+        return ingest_trace_set(store, run.run_id, platform, ranks, label=label, source=source,
+                                workload_id=workload_id)
+
+
+def cpu_ranks(directory: Path) -> list[RankTraces]:
+    return [RankTraces(r, directory / f"kineto_{r}.json", directory / f"et_{r}.json") for r in (0, 1)]
+
+
+@pytest.fixture
+def cpu_trace_set(store, cpu_trace_files) -> tuple[Store, int, str]:
+    """(store, trace set id, platform) of the 2-rank CPU step, tagged with this machine's platform."""
+    platform = platforms.resolve(store, None)
+    return store, ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured"), platform
+
+
+@pytest.fixture(scope="module")
+def gpu_linear(tmp_path_factory) -> tuple[Workspace, int]:
+    """The shared param_linear GPU trace (40 iterations, ET of one) in a workspace of its own."""
+    folder = SHARED_GPU / "param_linear"
+    if not folder.is_dir():
+        pytest.skip(f"shared GPU traces not present at {SHARED_GPU}")
+    ws = Workspace(tmp_path_factory.mktemp("gpu_ws") / "ws")
+    with Store.open(ws, create=True) as store:
+        platform = platforms.ensure_named(store, "gpu-rtx2080ti", device_kind="cuda")
+        ts = ingest(store, platform, [RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz")],
+                    "param_linear", "imported")
+    return ws, ts

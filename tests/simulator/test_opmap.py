@@ -1,0 +1,85 @@
+"""Traced ops (names and shapes as torch 2.13 records them on CPU) mapped to the ops collector's vocabulary."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.graph import Op
+from simulator.opmap import NO_WORK, Mapped, map_op
+
+BWD = "autograd::engine::evaluate_function: "
+
+
+@pytest.mark.parametrize("op, expected", [
+    (Op("aten::linear", input_shapes=[[64, 16], [32, 16], [32]]),
+     Mapped("fully_connected", "fwd", {"B": 1, "M": 64, "N": 32, "K": 16})),
+    (Op("aten::linear", input_shapes=[[4, 10, 16], [32, 16], []]),
+     Mapped("fully_connected", "fwd", {"B": 1, "M": 40, "N": 32, "K": 16})),
+    (Op("aten::addmm", input_shapes=[[32], [64, 16], [16, 32], [], []]),
+     Mapped("fully_connected", "fwd", {"B": 1, "M": 64, "N": 32, "K": 16})),
+    (Op("aten::bmm", input_shapes=[[8, 27, 16], [8, 16, 27]]),
+     Mapped("bmm", "fwd", {"B": 8, "M": 27, "N": 27, "K": 16})),
+    (Op("aten::matmul", input_shapes=[[2, 4, 10, 8], [2, 4, 8, 10]]),
+     Mapped("bmm", "fwd", {"B": 8, "M": 10, "N": 10, "K": 8})),
+    (Op("aten::relu", input_shapes=[[64, 32]]), Mapped("relu", "fwd", {"M": 64, "N": 32})),
+    (Op("aten::cat", input_shapes=[[[64, 8], [64, 24]], []]),
+     Mapped("concat", "fwd", {"M": 64, "N": 16, "K": 2, "dim": 1})),
+    (Op("aten::index", input_shapes=[[64, 9, 9], [[36], [36]]]),
+     Mapped("tril", "fwd", {"B": 64, "M": 9, "N": 9, "diag": 0})),
+    (Op("aten::layer_norm", input_shapes=[[2, 128, 768], [], [768], [768], [], []]),
+     Mapped("layer_norm", "fwd", {"B": 2, "M": 128, "N": 768})),
+    (Op("aten::dropout", input_shapes=[[2, 128, 768], [], []], attrs={"concrete_inputs": ["", "0.1", "True"]}),
+     Mapped("dropout", "fwd", {"B": 2, "M": 128, "N": 768, "p": 0.1})),
+    (Op("aten::conv2d", input_shapes=[[8, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], []],
+        attrs={"scalars": {"3": [2, 2], "4": [1, 1], "5": [1, 1], "6": 1}}),
+     Mapped("conv2d", "fwd", {"B": 8, "H": 34, "IC": 3, "OC": 16, "stride": 2, "dilation": 1, "FH": 3, "FW": 3,
+                              "pad": 1, "is_depthwise": 0.0})),
+    (Op("aten::_foreach_add_", input_shapes=[[[32, 16], [32]], [[32, 16], [32]], []]),
+     Mapped("add", "fwd", {"M": 32 * 16 + 32, "N": 1})),
+    (Op("aten::binary_cross_entropy", input_shapes=[[64, 1], [64, 1], [], []]),
+     Mapped("binary_cross_entropy", "fwd", {"M": 64, "N": 1})),
+])
+def test_forward_ops(op, expected):
+    assert map_op(op) == expected
+
+
+def test_views_and_copies():
+    assert map_op(Op("aten::view", input_shapes=[[64, 8], []])) is NO_WORK
+    assert map_op(Op("aten::t", input_shapes=[[8, 32]])) is NO_WORK
+    assert map_op(Op("aten::to", input_shapes=[[64, 16], [], [], [], []])) is NO_WORK  # no copy happened
+    copied = Op("aten::to", input_shapes=[[64, 16], [], [], [], []], children=[("aten::_to_copy", [[64, 16]])])
+    assert map_op(copied) == Mapped("memcpy", "fwd", {"M": 64, "N": 16})
+    assert map_op(Op("aten::copy_", input_shapes=[[8, 32], [8, 32], []])) == Mapped("memcpy", "fwd",
+                                                                                    {"M": 8, "N": 32})
+    assert map_op(Op("MyCustomPythonOp", input_shapes=[[3]])) is None
+
+
+def test_backward_nodes_read_gradient_and_nested_ops():
+    addmm = Op(BWD + "AddmmBackward0", children=[
+        ("AddmmBackward0", [[64, 8]]), ("aten::t", [[32, 8]]), ("aten::mm", [[64, 8], [8, 32]]),
+        ("aten::t", [[64, 8]]), ("aten::mm", [[8, 64], [64, 32]]), ("aten::sum", [[64, 8], [], [], []])])
+    assert map_op(addmm) == Mapped("fully_connected", "bwd", {"B": 1, "M": 64, "N": 8, "K": 32})
+    # first layer: the input needs no gradient, only the weight-gradient mm is there
+    first = Op(BWD + "AddmmBackward0", children=[("AddmmBackward0", [[64, 32]]), ("aten::t", [[64, 32]]),
+                                                 ("aten::mm", [[32, 64], [64, 16]])])
+    assert map_op(first) == Mapped("fully_connected", "bwd", {"B": 1, "M": 64, "N": 32, "K": 16})
+    relu = Op(BWD + "ReluBackward0", children=[("ReluBackward0", [[64, 32]]),
+                                               ("aten::threshold_backward", [[64, 32], [64, 32], []])])
+    assert map_op(relu) == Mapped("relu", "bwd", {"M": 64, "N": 32})
+    bmm = Op(BWD + "BmmBackward0", children=[("BmmBackward0", [[8, 9, 9]]), ("aten::bmm", [[8, 9, 9], [8, 9, 16]])])
+    assert map_op(bmm) == Mapped("bmm", "bwd", {"B": 8, "M": 9, "N": 9, "K": 16})
+    index = Op(BWD + "IndexBackward0", children=[("IndexBackward0", [[64, 36]]), ("aten::new_zeros", [[64, 36], []]),
+                                                 ("aten::index_put_", [[64, 9, 9], [[36], [36]], [64, 36], []])])
+    assert map_op(index) == Mapped("tril", "bwd", {"B": 64, "M": 9, "N": 9, "diag": 0})
+    assert map_op(Op(BWD + "TBackward0", children=[("TBackward0", [[32, 8]])])) is NO_WORK
+    assert map_op(Op(BWD + "torch::autograd::AccumulateGrad")) is NO_WORK
+    assert map_op(Op(BWD + "SomethingBackward0", children=[("SomethingBackward0", [[4]])])) is None
+
+
+def test_row_gather_is_not_a_pooled_lookup():
+    gather = Op("aten::embedding", input_shapes=[[50257, 256], [8, 64], [], [], []])
+    assert map_op(gather) == Mapped("memcpy", "fwd", {"M": 512, "N": 256})
+    assert map_op(Op(BWD + "EmbeddingBackward0", children=[("EmbeddingBackward0", [[8, 64, 256]])])) is None
+    bag = Op(BWD + "EmbeddingBagBackward0", children=[("EmbeddingBagBackward0", [[64, 8]])])
+    assert map_op(bag) == Mapped("embedding_lookup", "bwd", {})
+    tbe = Op(BWD + "torch::autograd::CppNode<SplitLookupFunction_sgd_Op_pt2>")
+    assert map_op(tbe) == Mapped("embedding_lookup", "bwd", {})
