@@ -67,11 +67,10 @@ def replicate_noise(store: Store, platform: str) -> pd.DataFrame:
     if pairs.empty:
         return pd.DataFrame()
     keys = ["op", "pass", "implementation", "cache_state", "world_size"]
-    return (pairs.groupby(keys, dropna=False)
-            .apply(lambda g: pd.Series({"pairs": len(g), "replicate_gmae_pct": round(100 * gmae(g["second"],
-                                                                                               g["first"]), 2)}),
-                   include_groups=False)
-            .reset_index())
+    rows = [{**dict(zip(keys, key)), "pairs": len(group),
+             "replicate_gmae_pct": round(100 * gmae(group["second"], group["first"]), 2)}
+            for key, group in pairs.groupby(keys, dropna=False)]
+    return pd.DataFrame(rows).astype({"world_size": "Int64"})
 
 
 def report(frame: pd.DataFrame, platform: str, kinds: dict[str, str], header: str,
@@ -108,7 +107,7 @@ def report(frame: pd.DataFrame, platform: str, kinds: dict[str, str], header: st
 def _markdown(frame: pd.DataFrame) -> str:
     """A Markdown table (pandas' to_markdown needs the optional tabulate package)."""
     def cell(value: object) -> str:
-        return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+        return "" if value is None or (not isinstance(value, (list, tuple)) and pd.isna(value)) else str(value)
     rows = [" | ".join(frame.columns), " | ".join("---" for _ in frame.columns)]
     rows += [" | ".join(cell(v) for v in record) for record in frame.itertuples(index=False)]
     return "\n".join(f"| {row} |" for row in rows)

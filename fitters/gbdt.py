@@ -18,7 +18,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
 from fitters import features as feats
-from fitters.model import Model, TrainingSet
+from fitters.model import Model, TrainConfig, TrainingSet
 from fitters.split import split_rows
 from fitters.torch_train import candidates
 from pmdb.errors import PmdbError
@@ -90,7 +90,7 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = 30.0, max_trials
 def _search(spec: feats.FeatureSpec, x: np.ndarray, y: np.ndarray, inner: Any, min_leaf: int, seed: int,
             deadline: float, max_trials: int) -> GBDTModel:
     trials: list[dict[str, Any]] = []
-    for hyper in candidates(GRID, FIRST, seed)[:max_trials]:
+    for hyper in candidates(GRID, FIRST, seed)[:TrainConfig(max_trials=max_trials).trials_for(len(y))]:
         if trials and time.monotonic() > deadline:
             break
         model = _estimator(hyper, seed, MAX_ITER, min_leaf, early=True)

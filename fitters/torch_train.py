@@ -117,7 +117,7 @@ def search(build: Callable[[dict[str, Any]], nn.Module], points: list[dict[str, 
     """Try candidates in order within the budget; returns (best trial, all trials)."""
     deadline = time.monotonic() + budget_s
     trials: list[TrialResult] = []
-    for i, hyper in enumerate(points[:config.max_trials]):
+    for i, hyper in enumerate(points[:config.trials_for(int(fit_y.shape[0] + val_y.shape[0]))]):
         if trials and time.monotonic() > deadline:
             break
         torch.manual_seed(seed + i)

@@ -377,6 +377,7 @@ CREATE TABLE predictions (
     target_platform  VARCHAR NOT NULL REFERENCES platforms(name), -- whose models and overheads were used
     mode             VARCHAR NOT NULL CHECK (mode IN ('model', 'replay')), -- model (fitted models) or replay (durations from the trace)
     model_set        VARCHAR,               -- canonical text of the model versions used (name:version,...)
+    model_selection  VARCHAR,               -- what was asked: '<--models spec>/<cache state>/<digest of every version it selected>'
     overhead_version BIGINT REFERENCES overhead_versions(overhead_version), -- overhead table version
     predicted_us     DOUBLE NOT NULL,       -- steady-state iteration time: two back-to-back iterations minus one (max over ranks)
     isolated_us      DOUBLE,                -- Algorithm 1's T: one iteration from an idle machine (max over ranks)

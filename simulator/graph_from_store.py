@@ -149,7 +149,7 @@ def _waits(builder: RankUnits) -> dict[int, set[int]]:
 
 def _iteration_of(builder: RankUnits) -> dict[int, int | None]:
     base = builder.base
-    return {int(i): (None if pd.isna(k) else int(k)) for i, k in zip(base["op_id"], base["iteration"])}
+    return {int(i): (None if k is None or k != k else int(k)) for i, k in zip(base["op_id"], base["iteration"])}
 
 
 def _rank_iterations(builder: RankUnits, wanted: list[int | None], detail: bool) -> dict[int | None, RankGraph]:

@@ -2,6 +2,7 @@
 the roofline fallback) and its overhead table (T1–T5 per op name). Times µs."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -41,6 +42,7 @@ class ModelSet:
     collectives: dict[tuple[str, int], ModelRef] = field(default_factory=dict)
     peaks: dict[str, float] = field(default_factory=dict)
     spec: str = "champion"
+    selection: str | None = None   # '<spec>/<cache state>/<digest of every selected version>'
 
     def _key(self, op: str, pass_: str, implementation: str | None) -> tuple[str, str, str] | None:
         for impl in (implementation, "torch"):
@@ -104,9 +106,11 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
     blend = cache_state == BLEND
     refs = select_models(store, platform, alias or "champion", versions=versions,
                          cache_state=None if blend else cache_state)
+    digest = hashlib.sha256(",".join(sorted(f"{r.name}:{r.version}" for r in refs)).encode()).hexdigest()[:8]
     order = CACHE_PREFERENCE.get(semantics, ())
     rank = {state: i for i, state in enumerate(order)}
-    out = ModelSet(peaks=platform_peaks(store, platform), spec=spec)
+    out = ModelSet(peaks=platform_peaks(store, platform), spec=spec,
+                   selection=f"{spec}/{cache_state or 'default'}/{digest}")
     chosen: dict[tuple, Any] = {}
     for ref in refs:
         if ref.is_collective:
@@ -138,14 +142,17 @@ class Overheads:
 
     version: int | None = None
     table: dict[tuple[str, str], float] = field(default_factory=dict)
+    _typical: dict[str, float] = field(default_factory=dict, repr=False)
 
     def get(self, name: str, kind: str) -> float | None:
         return self.table.get((name, kind))
 
     def typical(self, kind: str) -> float:
         """Median over op names of one kind (for names the table does not hold)."""
-        values = [v for (_, k), v in self.table.items() if k == kind]
-        return float(np.median(values)) if values else 0.0
+        if kind not in self._typical:
+            values = [v for (_, k), v in self.table.items() if k == kind]
+            self._typical[kind] = float(np.median(values)) if values else 0.0
+        return self._typical[kind]
 
     @classmethod
     def latest(cls, store: Store, platform: str, version: int | None = None) -> "Overheads":

@@ -58,7 +58,7 @@ def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", m
     semantics = _semantics_of(store, target)
     models_used: list[ModelUse] = []
     unmodelled: list[dict[str, Any]] = []
-    version = None
+    version, selection = None, None
     if mode == "replay":
         if target != source:
             raise PmdbError("replay mode takes every time from the trace itself: it has no target platform "
@@ -67,7 +67,7 @@ def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", m
     else:
         model_set = load_model_set(store, target, models, cache_state, semantics)
         overheads = Overheads.latest(store, target, overhead_version)
-        version = overheads.version
+        version, selection = overheads.version, model_set.selection
         workload_id = None if pd.isna(info.get("workload_id")) else int(info["workload_id"])
         timing = ModelTiming(model_set, overheads, semantics, EmbeddingStats.from_store(store, workload_id))
         graph = load_graphs(store, trace_set_id, pick="best", detail=semantics == "sync_host")[0]
@@ -80,7 +80,8 @@ def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", m
     run_id, measured = ground_truth(store, trace_set_id, target, mode, workload_run_id)
     return Prediction(trace_set_id=int(trace_set_id), mode=mode, source_platform=source, target_platform=target,
                       result=result, predicted_us=predicted, iterations=iterations, measured_us=measured,
-                      workload_run_id=run_id, models=models_used, overhead_version=version, unmodelled=unmodelled,
+                      workload_run_id=run_id, models=models_used, overhead_version=version,
+                      model_selection=selection, unmodelled=unmodelled,
                       elapsed_s=time.perf_counter() - started)
 
 

@@ -36,6 +36,7 @@ class Prediction:
     workload_run_id: str | None = None
     models: list[ModelUse] = field(default_factory=list)
     overhead_version: int | None = None
+    model_selection: str | None = None     # '<spec>/<cache state>/<digest of the selected versions>'
     unmodelled: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -63,7 +64,8 @@ def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
         prediction_id = store.insert_one("predictions", {
             "run_id": run_id, "trace_set_id": int(pred.trace_set_id), "workload_run_id": pred.workload_run_id,
             "source_platform": pred.source_platform, "target_platform": pred.target_platform, "mode": pred.mode,
-            "model_set": pred.model_set, "overhead_version": pred.overhead_version,
+            "model_set": pred.model_set, "model_selection": pred.model_selection,
+            "overhead_version": pred.overhead_version,
             "predicted_us": float(pred.predicted_us), "isolated_us": res.predicted_us,
             "device_active_us": res.device_active_us,
             "baseline_us": res.baseline_us, "comm_unoverlapped_frac": res.comm_unoverlapped_frac,

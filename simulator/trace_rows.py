@@ -74,7 +74,13 @@ def linked_counts(store: Store, trace_set_id: int) -> dict[int, int]:
 
 
 def _json(values: pd.Series) -> list[Any]:
-    return [json.loads(v) if isinstance(v, str) else v for v in values]
+    """Decoded JSON values; keys whose value is null (an attribute the row lacks) are left out of objects."""
+    out = [json.loads(v) if isinstance(v, str) else v for v in values]
+    return [{k: x for k, x in v.items() if x is not None} if isinstance(v, dict) else v for v in out]
+
+
+def _ints(values: Any) -> list:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
 
 def _entries(arg: Any, storage: Any, sizes: dict[int, tuple[Any, Any]] | None = None) -> list[list[int]]:
@@ -82,8 +88,10 @@ def _entries(arg: Any, storage: Any, sizes: dict[int, tuple[Any, Any]] | None = 
     inputs by argument; None/NaN: no tensors)."""
     if arg is None or isinstance(arg, float):
         return []
-    sizes, out, seen = sizes or {}, [], set()
-    for a, s in zip(arg, storage):
+    if not sizes:  # the common case: plain Python ints, no per-element NumPy conversions
+        return [[a, 0, s, 0, 0, 0] for a, s in zip(_ints(arg), _ints(storage)) if a is not None and s is not None]
+    out, seen = [], set()
+    for a, s in zip(_ints(arg), _ints(storage)):
         if a is None or s is None:
             continue
         first = int(a) not in seen  # an argument's summed size goes on its first tensor only
@@ -107,8 +115,13 @@ def _collective_sizes(store: Store, trace_id: int) -> dict[int, dict[int, tuple[
     return out
 
 
+# the attributes the simulator reads (scalar inputs and input types), extracted in SQL: whole attrs are large
+_ATTRS = ("json_object('scalars', attrs->'$.scalars', 'concrete_inputs', attrs->'$.concrete_inputs', "
+          "'input_types', attrs->'$.input_types') AS attrs")
+
+
 def _kineto(store: Store, trace_id: int, iterations: list[int] | None, shapes: bool) -> pd.DataFrame:
-    cols = _KINETO + (", input_shapes, attrs" if shapes else "")
+    cols = _KINETO + (f", input_shapes, {_ATTRS}" if shapes else "")
     where = "" if iterations is None else f" AND iteration IN ({','.join(str(int(k)) for k in iterations)})"
     frame = _fetch(store, f"SELECT {cols} FROM trace_ops WHERE trace_id = ?{where} ORDER BY op_id", [trace_id])
     if shapes:
@@ -122,7 +135,7 @@ def _et(store: Store, trace_id: int, id_range: tuple[int, int] | None, shapes: b
         iterations: list[int] | None = None) -> pd.DataFrame:
     cols = _ET + ", " + _TENSORS.format(c="input_tensors") + ", " + _TENSORS.format(c="output_tensors")
     if shapes:
-        cols += ", input_shapes, attrs"
+        cols += f", input_shapes, {_ATTRS}"
     where = "" if id_range is None else f" AND op_id BETWEEN {int(id_range[0])} AND {int(id_range[1])}"
     if iterations is not None:  # an ET without a Kineto trace: its own iteration markers
         where += f" AND iteration IN ({','.join(str(int(k)) for k in iterations)})"

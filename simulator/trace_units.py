@@ -31,7 +31,7 @@ def collective_kind(name: str) -> str:
 
 def nan_or(value: Any) -> float:
     """A float, NaN for missing values."""
-    return float("nan") if value is None or pd.isna(value) else float(value)
+    return float("nan") if value is None else float(value)  # float(NaN) stays NaN
 
 
 class RankUnits:
@@ -46,14 +46,15 @@ class RankUnits:
         self.base = base.reset_index(drop=True)
         self.row = {int(i): k for k, i in enumerate(self.base["op_id"])}
         self.cols = {c: self.base[c].tolist() for c in ("name", "category", "start_us", "dur_us", "is_collective",
-                                                         "input_shapes", "attrs", "linked_op_id")}
+                                                         "input_shapes", "attrs")}
+        self.cols["linked_op_id"] = [None if v is None or v != v else int(v) for v in self.base["linked_op_id"]]
         self.et: dict[int, dict[str, Any]] = {}
         if frames.et_trace_id is not None:
             et = frames.ops
             self.et = {int(i): {"input_shapes": s, "attrs": a, "input_tensors": t} for i, s, a, t in
                        zip(et["op_id"], et["input_shapes"], et["attrs"], et["input_tensors"])}
-        self.parent = {int(i): (None if pd.isna(p) else int(p)) for i, p in zip(self.base["op_id"],
-                                                                                 self.base["parent_id"])}
+        self.parent = {int(i): (None if p is None or p != p else int(p)) for i, p in zip(self.base["op_id"],
+                                                                                          self.base["parent_id"])}
         self.children: dict[int, list[int]] = {}
         for op_id, parent in self.parent.items():
             if parent is not None:
@@ -127,9 +128,7 @@ class RankUnits:
         if not self.timed:
             return self.et.get(op_id)
         linked = self.col(op_id, "linked_op_id")
-        if linked is None or pd.isna(linked):
-            return None
-        return self.et.get(int(linked))
+        return None if linked is None else self.et.get(linked)
 
     def shapes(self, op_id: int) -> tuple[list[Any], dict[str, Any], dict[str, Any] | None]:
         twin = self.twin(op_id)

@@ -6,5 +6,5 @@ SELECT a.platform, a.family, a.workload, a.world_size, a.batch_size, a.mode, a.t
 FROM v_prediction_errors a
 JOIN v_prediction_errors b
   ON a.trace_set_id = b.trace_set_id AND a.mode = b.mode AND a.platform = b.platform
- AND a.workload_run_id IS NOT DISTINCT FROM b.workload_run_id AND a.model_set < b.model_set
-ORDER BY a.platform, a.family, a.workload, a.world_size, a.trace_set_id, a.model_set, b.model_set;
+ AND a.workload_run_id IS NOT DISTINCT FROM b.workload_run_id AND a.model_set_id < b.model_set_id
+ORDER BY a.platform, a.family, a.workload, a.world_size, a.trace_set_id, a.model_set_id, b.model_set_id;

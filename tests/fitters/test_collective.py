@@ -39,6 +39,9 @@ def test_noisy_fit_scores_on_held_out_sizes_near_the_noise(synthetic):
     exact = synthetic.collective_points(world_size=4)[1]
     predicted = model.predict(pd.DataFrame({"max_rank_bytes": sizes[split.test]}))
     assert metrics.gmae(predicted, exact[split.test]) < 0.03  # closer to the true curve than the noise is
+    # and physical: the fitted latency does not fall as messages grow (the fit penalises a falling middle branch)
+    fitted = model.predict(pd.DataFrame({"max_rank_bytes": np.geomspace(4, 2 ** 27, 400)}))
+    assert (np.diff(np.log(fitted)) > -1e-3).all()
 
 
 def test_too_few_sizes_and_bad_input_are_user_errors():
