@@ -44,8 +44,9 @@ def series_of(path: Path) -> list[str]:
 
 def _model_title(row: pd.Series) -> str:
     parts = [str(row["op"]), str(row["pass"]) if pd.notna(row["pass"]) else f"ws{int(row['world_size'])}"]
-    if pd.notna(row.get("cache_state")):
-        parts.append(str(row["cache_state"]))
+    for extra in ("implementation", "cache_state"):
+        if pd.notna(row.get(extra)) and row.get(extra):
+            parts.append(str(row[extra]))
     gmae = row.get("test_gmae")
     tail = f"\n{row['family']} v{int(row['version'])}" + (f", GMAE {100 * gmae:.1f}%" if pd.notna(gmae) else "")
     return " ".join(parts) + tail
