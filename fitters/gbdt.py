@@ -2,8 +2,8 @@
 
 A few seeded candidates (loss: absolute error, robust to outlier timings, or squared error; learning rate, leaves,
 L2) are scored on a validation part of the training rows with early stopping, by the geometric mean of |error| in
-ln-time (the analogue of the reported GMAE); the best is refitted on all training rows with its number of boosting iterations. Saved with skops; loading
-trusts exactly the scikit-learn types of this family (nothing else is accepted).
+ln-time (the analogue of the reported GMAE); the best is refitted on all training rows with its number of boosting
+iterations. Saved with skops; loading trusts exactly the scikit-learn types of this family (nothing else is accepted).
 """
 from __future__ import annotations
 
