@@ -3,7 +3,8 @@ collective/world size) and family, fit on the training split, score on the test 
 version, then move ``champion`` to the family with the lowest test GMAE.
 
 Families per group: kernel ops get roofline (when the platform's peaks are measured), mlp and gbdt; embedding
-lookups get the DeepSets model (``--family mlp`` selects it as ``embedding_mlp``); collectives get ``sigmoid``.
+lookups get the DeepSets model (``--family mlp`` selects it as ``embedding_mlp``) and the analytic sum of work terms
+(``--family roofline`` selects it as ``embedding_linear``); collectives get ``sigmoid``.
 The learned families share the time budget: each gets an equal part of what is left (gbdt half a part).
 """
 from __future__ import annotations
@@ -63,8 +64,9 @@ class Task:
 def _families_for(group: data.KernelGroup | data.CollectiveGroup, family: str, has_peaks: bool) -> list[str]:
     if isinstance(group, data.CollectiveGroup):
         return ["sigmoid"] if family in ("sigmoid", "all") else []
-    if group.embedding:
-        return ["embedding_mlp"] if family in ("mlp", "all") else []
+    if group.embedding:  # the analytic family answers to --family roofline, like the kernels' analytic model
+        return [f for f, asked in (("embedding_linear", ("roofline", "all")), ("embedding_mlp", ("mlp", "all")))
+                if family in asked]
     wanted = ["roofline", "mlp", "gbdt"] if family == "all" else [family] if family != "sigmoid" else []
     return [f for f in wanted if f != "roofline" or has_peaks]
 
@@ -137,6 +139,9 @@ def _fit_kernel(task: Task, training: TrainingSet, seed: int, budget_s: float, c
     if task.family == "mlp":
         from fitters import mlp
         return mlp.fit(training, seed, budget_s, config)
+    if task.family == "embedding_linear":
+        from fitters import embedding_linear
+        return embedding_linear.fit(training, seed)
     from fitters import embedding
     return embedding.fit(training, seed, budget_s, config)
 

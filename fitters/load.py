@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Mapping
 
 import pandas as pd
 
-from fitters.model import Model, load_dir
-from fitters.registry import CHAMPION, Registry
+from fitters.model import MODEL_FILE, Model, load_dir
+from fitters.registry import CHAMPION, MODEL_DIR, Registry, cache_root
 from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 from pmdb.store import Store
@@ -81,14 +82,24 @@ def select_models(store: Store, platform: str, alias: str = CHAMPION, *, version
     return _refs(frame)
 
 
+def cached_dir(workspace: Workspace, name: str, version: int) -> Path:
+    """The model directory inside :func:`fitters.registry.cache_root` (the local copy of a fetched version)."""
+    return cache_root(workspace, name, version) / "artifacts" / MODEL_DIR
+
+
 @lru_cache(maxsize=256)
 def _load(uri: str, home: str, name: str, version: int) -> Model:
+    """Load one version: from the workspace's local copy when there is one (no MLflow client, no mlflow import),
+    else through the registry, which fetches it into that copy."""
+    local = cached_dir(Workspace(home), name, version)
+    if (local / MODEL_FILE).is_file():
+        return load_dir(local)
     return load_dir(Registry(Workspace(home)).download(name, version))
 
 
 def load_model(workspace: Workspace, name: str, version: int | str) -> Model:
     """The model of ``name`` at a version number or an alias (``champion``, ``latest``); the registry resolves
-    aliases, and each version is loaded once per process."""
+    aliases, and each version is loaded once per process (from the workspace's local copy once it has one)."""
     text = str(version)
     number = int(text) if text.isdigit() else Registry(workspace).resolve_version(name, text)
     return _load(workspace.mlflow_uri, str(workspace.home), name, number)

@@ -26,6 +26,7 @@ FAMILIES = {
     "mlp": "fitters.mlp:MLPModel",
     "gbdt": "fitters.gbdt:GBDTModel",
     "embedding_mlp": "fitters.embedding:EmbeddingModel",
+    "embedding_linear": "fitters.embedding_linear:EmbeddingLinearModel",
     "sigmoid": "fitters.collective:CollectiveModel",
 }
 

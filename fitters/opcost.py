@@ -38,9 +38,18 @@ ELEMENTWISE: dict[str, dict[str, tuple[float, float]]] = {
     "zero_": {"fwd": (0, 1), "bwd": (0, 1)}, "transpose": {"fwd": (0, 2), "bwd": (0, 2)},
     "tril": {"fwd": (0, 2), "bwd": (0, 2)}, "concat": {"fwd": (0, 2), "bwd": (0, 2)},
     "cat": {"fwd": (0, 2), "bwd": (0, 2)},
+    # the optimizer's ops (forward only; in place: x is read and written, scalars are not memory accesses)
+    "sqrt": {"fwd": (1, 2), "bwd": (2, 3)}, "sqrt_": {"fwd": (1, 2), "bwd": (2, 3)},
+    "add_": {"fwd": (1, 3), "bwd": (1, 3)}, "mul_": {"fwd": (1, 2), "bwd": (1, 2)},
+    "div_": {"fwd": (1, 2), "bwd": (1, 2)}, "lerp_": {"fwd": (3, 3), "bwd": (3, 3)},
+    "addcmul_": {"fwd": (3, 4), "bwd": (3, 4)}, "addcdiv_": {"fwd": (3, 4), "bwd": (3, 4)},
+    "fill_": {"fwd": (0, 1), "bwd": (0, 1)},
 }
 GEMM_OPS = frozenset({"fully_connected", "linear", "addmm", "mm", "matmul", "bmm", "gemm", "baddbmm"})
 DEFAULT_ELEMENTWISE = (1.0, 2.0)
+# glibc's mmap threshold under pmdb's allocator settings (collectors/workloads/allocator.py): an output at least this
+# big is mapped fresh, page-faulted in by the op and unmapped when released.
+MMAP_THRESHOLD_BYTES = 32 * 2 ** 20
 
 
 def _col(params: pd.DataFrame, name: str, default: float = 1.0) -> np.ndarray:
@@ -90,8 +99,18 @@ def _embedding(params: pd.DataFrame, it: float, pass_: str) -> tuple[np.ndarray,
     return scale * lookups * dim, scale * (it * lookups * dim + 8 * lookups)
 
 
+def _dense_embedding(params: pd.DataFrame, it: float, pass_: str) -> tuple[np.ndarray, np.ndarray]:
+    """Forward gathers N rows of D (read, write) and reads N int64 indices; backward also zeroes the dense [V, D]
+    gradient and adds the N gradient rows into it (read the gradient row, read and write the table row)."""
+    v, d, n = (_col(params, c) for c in ("V", "D", "N"))
+    if pass_ == "bwd":
+        return n * d, it * (v * d + 3 * n * d) + 8 * n
+    return np.zeros(len(params)), it * 2 * n * d + 8 * n
+
+
 SPECIAL: dict[str, Callable[[pd.DataFrame, float, str], tuple[np.ndarray, np.ndarray]]] = {
     **{op: _gemm for op in GEMM_OPS}, "conv2d": _conv2d, "conv1d": _conv1d, "embedding_lookup": _embedding,
+    "embedding": _dense_embedding,
 }
 
 
@@ -103,6 +122,16 @@ def work(op: str, pass_: str, params: pd.DataFrame, dtype: str = "float32") -> t
     flops_per, accesses_per = ELEMENTWISE.get(op, {}).get(pass_, DEFAULT_ELEMENTWISE)
     count = numel(params)
     return flops_per * count, accesses_per * it * count
+
+
+def fresh_bytes(op: str, pass_: str, params: pd.DataFrame, dtype: str = "float32") -> np.ndarray:
+    """Bytes of each row's output when an element-wise op allocates it above the mmap threshold, else 0: the
+    page-fault cost per byte (~0.7 ms per MiB measured here) that the bandwidth term does not hold. In-place ops
+    (names ending in '_') allocate nothing; ops outside the element-wise table are not estimated (0)."""
+    if op.endswith("_") or op in SPECIAL or op not in ELEMENTWISE:
+        return np.zeros(len(params))
+    out = float(ITEMSIZE.get(dtype, 4)) * numel(params)
+    return np.where(out >= MMAP_THRESHOLD_BYTES, out, 0.0)
 
 
 def known_ops() -> Mapping[str, str]:

@@ -193,7 +193,7 @@ class Registry:
         import mlflow
 
         number = self.resolve_version(name, version)
-        target = self.workspace.artifacts / "model_cache" / name / str(number)
+        target = cache_root(self.workspace, name, number)
         if not (target / "artifacts" / MODEL_DIR / MODEL_FILE).is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{number}-"))
@@ -207,6 +207,12 @@ class Registry:
             except OSError:
                 shutil.rmtree(staging, ignore_errors=True)
         return target / "artifacts" / MODEL_DIR
+
+
+def cache_root(workspace: Workspace, name: str, version: int) -> Path:
+    """Where :meth:`Registry.download` keeps a fetched version: artifacts/model_cache/NAME/VERSION (versions are
+    immutable, so a present copy is that version)."""
+    return workspace.artifacts / "model_cache" / name / str(int(version))
 
 
 def _finite(value: Any) -> bool:

@@ -9,12 +9,13 @@
   ring formula there and counts which source timed what).
 - :class:`MeasuredCollectives` interpolates a platform's measured collective curves (``v_collective_measurements``).
 - :class:`FittedModels` wraps fitted models with the fitters' interface ``predict(frame) -> µs`` (a GEMM model over
-  columns B, M, N, K; collective models over ``max_rank_bytes``, one per collective and world size).
+  columns B, M, N, K; collective models over ``max_rank_bytes``, one per collective and world size);
+  :func:`planner.registered.registered_models` builds one from a platform's registered (champion) models.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -132,19 +133,6 @@ class FittedModels:
                 sel = group == world
                 out[sel] = np.asarray(model.predict(pd.DataFrame({"max_rank_bytes": nbytes[sel]})), dtype=float) * 1e-6
         return out
-
-    @classmethod
-    def from_loader(cls, load: Callable[[str], Predictor | None], platform: str, *, gemm_op: str = "fully_connected",
-                    collectives: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter"),
-                    world_sizes: tuple[int, ...] = (2, 4, 8)) -> "FittedModels":
-        """Models by registered name ('pmdb.<platform>.<op>.fwd', 'pmdb.<platform>.<collective>.ws<N>') through
-        ``load(name)``, which returns the model or None when there is none (the fitters' registry loader)."""
-        gemm = load(f"pmdb.{platform}.{gemm_op}.fwd")
-        found = {(kind, n): model for kind in collectives for n in world_sizes
-                 if (model := load(f"pmdb.{platform}.{kind}.ws{n}")) is not None}
-        if gemm is None and not found:
-            raise PmdbError(f"no fitted GEMM or collective model of platform {platform!r}")
-        return cls(gemm, found, label=f"fitted models of {platform}")
 
 
 class Calibrations:

@@ -13,6 +13,7 @@ from planner import system as systems
 from planner.calibration import Calibrations, FittedModels, MeasuredCollectives, platform_system
 from planner.candidates import Framework
 from planner.model import Transformer
+from planner.registered import registered_models
 from planner.search import SearchResult, search
 from planner.space import domain_size
 from planner.store_rows import save_study
@@ -47,8 +48,11 @@ def resolve_system(store: Store | None, spec: str, *, base: str = "h100", nvlink
     return system, platform
 
 
-def calibration_for(store: Store, platform: str | None, model_dirs: list[Path]) -> Calibrations | None:
-    """Measured collective curves of the platform, then fitted models saved in ``model_dirs`` (fitters' format)."""
+def calibration_for(store: Store, platform: str | None, model_dirs: list[Path], *,
+                    registry_alias: str | None = None) -> Calibrations | None:
+    """Measured collective curves of the platform, then fitted models saved in ``model_dirs`` (fitters' format),
+    then (with ``registry_alias``, e.g. 'champion') the platform's registered models at that alias; asked in that
+    order, the first answer wins. The label names the sources and the registered versions used."""
     if platform is None:
         raise PmdbError("calibrated mode needs --system platform:NAME (the platform whose measurements to use)")
     parts: list[object] = [MeasuredCollectives(store, platform)]
@@ -63,10 +67,13 @@ def calibration_for(store: Store, platform: str | None, model_dirs: list[Path]) 
             else:
                 gemm = model
         parts.append(FittedModels(gemm, collectives, label=f"fitted models ({len(model_dirs)} dirs)"))
+    if registry_alias is not None:
+        parts.append(registered_models(store, platform, registry_alias))
     calibration = Calibrations(*parts)
     if not calibration.parts:
-        raise PmdbError(f"platform {platform!r} has no measured collective curves and no --model-dir was given: "
-                        f"nothing to calibrate with")
+        registered = f", no {registry_alias} models registered" if registry_alias else ""
+        raise PmdbError(f"platform {platform!r} has no measured collective curves{registered} and no --model-dir "
+                        f"was given: nothing to calibrate with")
     return calibration
 
 

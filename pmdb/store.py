@@ -156,8 +156,10 @@ class Store:
         return self.conn.execute(sql, params).df() if params is not None else self.conn.execute(sql).df()
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        row = self.conn.execute(sql, params or []).fetchone()
-        return None if row is None else row[0]
+        """The first column of the first row (None without rows). The whole result is fetched, so that no result
+        stays open on the connection (a pending one made a later ``register()`` fail)."""
+        rows = self.conn.execute(sql, params or []).fetchall()
+        return rows[0][0] if rows else None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:

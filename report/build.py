@@ -100,7 +100,7 @@ def _predictions_section(store: Store, out: Path, platform: str | None) -> list[
     errors = _on(named(store, "e2e_errors"), platform)
     fig10 = Section("predictions", "Predicted vs measured vs baseline per workload (Fig. 10/11)",
                     "Latest prediction of every workload run with ground truth; the baseline is the sum of kernel "
-                    "times per stream (no overheads, no synchronisation). Figures cover every platform.")
+                    "times per stream (no overheads, no synchronisation).")
     fig2 = Section("breakdown", "Per-rank, per-stream time breakdown with idle time (Fig. 2)",
                    "Predicted iteration per rank: compute stream busy, communication alone, and CPU-bound or idle "
                    "time (no stream busy).")
@@ -111,7 +111,7 @@ def _predictions_section(store: Store, out: Path, platform: str | None) -> list[
     fig10.tables.append(("end-to-end errors (%)", errors))
     for mode in ("model", "replay"):
         for section, plot in ((fig10, predicted_vs_measured), (fig2, stream_breakdown)):
-            path = plot(store, out, mode)
+            path = plot(store, out, mode, platform=platform)
             if path is not None:
                 section.figures.append(Path(path).name)
     return [fig10, fig2]

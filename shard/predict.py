@@ -13,7 +13,7 @@ from pmdb.store import Store
 from shard.derive import DerivedPlan
 from simulator import semantics as sem_mod
 from simulator.engine import simulate, steady_period
-from simulator.models import ModelSet, Overheads, load_model_set
+from simulator.models import ModelSet, Overheads, check_cache_state, load_model_set
 from simulator.records import ModelUse, Prediction
 from simulator.timing import ModelTiming
 
@@ -30,17 +30,29 @@ def missing_models(models: ModelSet, world_size: int) -> list[str]:
 
 
 class PlanPredictor:
-    """Loads a platform's models and overheads once; predicts any number of derived plans."""
+    """Loads a platform's models and overheads once; predicts any number of derived plans.
+
+    The model selection is the simulator's (as in ``pmdb predict``): ``models`` an alias ('champion', 'latest') or a
+    version spec 'name:version,...'; ``cache_state`` warm, cold, device or blend (None: per platform kind, cold on
+    CPUs, device timings on GPUs); ``overhead_version`` None for the latest. Every prediction records the selection
+    (``Prediction.model_selection``: '<spec>/<cache state>/<digest of the versions>')."""
 
     def __init__(self, store: Store, platform: str, world_size: int, *, models: str = "champion",
                  cache_state: str | None = None, overhead_version: int | None = None):
+        check_cache_state(cache_state)
         self.platform = platform
-        self.semantics = str(store.scalar("SELECT semantics FROM platforms WHERE name = ?", [platform]))
+        # a query read to the end: a result left open by scalar()'s fetchone() makes DuckDB refuse the register()
+        # that a version spec's model selection needs
+        found = store.query("SELECT semantics FROM platforms WHERE name = ?", [platform])["semantics"]
+        if found.empty:
+            raise PmdbError(f"unknown platform {platform!r}")
+        self.semantics = str(found.iloc[0])
         self.models = load_model_set(store, platform, models, cache_state, self.semantics)
         lacking = missing_models(self.models, world_size)
         if lacking:
             raise PmdbError(f"predicting sharding plans on {platform} needs the {', '.join(lacking)} model(s) "
-                            f"({models!r} versions): measure them (`pmdb collect ops --op embedding_lookup`, `pmdb "
+                            f"({models!r} versions{f', {cache_state} cache state' if cache_state else ''}): "
+                            f"measure them (`pmdb collect ops --op embedding_lookup`, `pmdb "
                             f"collect comms --ops all_to_all --world-size {world_size}`) and fit them (`pmdb fit`)")
         self.overheads = Overheads.latest(store, platform, overhead_version)
 
@@ -56,6 +68,7 @@ class PlanPredictor:
         return Prediction(trace_set_id=-1, mode="model", source_platform=source_platform,
                           target_platform=self.platform, result=result, predicted_us=predicted, iterations=1,
                           models=used, overhead_version=self.overheads.version,
+                          model_selection=self.models.selection,
                           unmodelled=timing.usage.unmodelled(float("nan")), elapsed_s=time.perf_counter() - started)
 
     def embedding_rows(self, pred: Prediction) -> dict[str, int]:

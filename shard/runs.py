@@ -36,7 +36,7 @@ def workload_request(task: ShardTask, plan: Plan, settings: RunSettings, *, iter
                      trace_iters: int) -> WorkloadRequest:
     """The workloads runner's request for one plan of the task."""
     return WorkloadRequest("dlrm", task.config, task.batch_size, task.world_size, iters=iters, warmup=warmup,
-                           threads=settings.threads or default_threads(task.world_size), seed=settings.seed,
+                           threads=settings.threads or default_threads(), seed=settings.seed,
                            sharder=plan.sharder, plan=plan.ranks, task_id=task.task_id, trace_iters=trace_iters,
                            timeout_s=settings.timeout_s, device=device_for(task.world_size))
 

@@ -21,7 +21,9 @@ class TimedOp:
 
     ``kernels`` are ``(stream, duration, T4, cpu_before)`` where ``cpu_before`` is the CPU time spent before that
     launch (T2 for the first kernel, T5 between kernels). ``t3`` follows the last launch; an op without kernels
-    costs ``cpu_us`` instead (T5 in the paper's notation, its whole CPU time).
+    costs ``cpu_us`` instead (T5 in the paper's notation, its whole CPU time). A collective ends on every rank when
+    it ends on the slowest one, unless ``after_last_us`` gives this rank's own end: that long after the last rank's
+    collective started (replay: each rank's measured completion).
     """
 
     t1: float = 0.0
@@ -31,6 +33,7 @@ class TimedOp:
     is_collective: bool = False
     waits_on: tuple[int, ...] = ()
     sync_streams: tuple[int, ...] = ()
+    after_last_us: float | None = None
 
 
 @dataclass(slots=True)
@@ -135,8 +138,10 @@ def simulate(programs: Sequence[Sequence[TimedOp]], sem: AsyncDevice | SyncHost)
             raise PmdbError(f"ranks {late} wait in a collective that ranks "
                             f"{[r for r, d in enumerate(done) if d]} never reach: collective counts differ")
         end = max(st.fronts[COMM] for st in states)          # inter-rank sync (Algorithm 1, lines 29–31)
+        last_start = max((st.starts[COMM][-1] for st in states if st.starts[COMM]), default=0.0)
         for ops, a, st in zip(programs, at, states):
-            st.set_comm_end(end)
+            own = ops[a].after_last_us
+            st.set_comm_end(end if own is None else last_start + own)
             _finish(st, ops[a], a)
         pos = [a + 1 for a in at]
     return SimResult([_rank_result(r, st, len(ops)) for r, (st, ops) in enumerate(zip(states, programs))])
@@ -185,7 +190,7 @@ def repeat(programs: Sequence[Sequence[TimedOp]], times: int) -> list[list[Timed
             for op in ops:
                 if op.waits_on:
                     op = TimedOp(op.t1, op.t3, op.cpu_us, op.kernels, op.is_collective,
-                                 tuple(j + k * n for j in op.waits_on), op.sync_streams)
+                                 tuple(j + k * n for j in op.waits_on), op.sync_streams, op.after_last_us)
                 rank.append(op)
         out.append(rank)
     return out

@@ -28,11 +28,19 @@ def _keys(by: str | None, allowed: tuple[str, ...], default: tuple[str, ...]) ->
     return keys
 
 
-def e2e_errors(store: Store, by: str | None = None, mode: str | None = None) -> pd.DataFrame:
-    """Geomean/min/max |e| (in %) and the baseline's geomean |e| of predictions with ground truth, grouped."""
+def _where(filters: dict[str, str | None]) -> tuple[str, list[str]]:
+    """A WHERE clause (``column = ?`` per given filter) and its parameters."""
+    given = {k: v for k, v in filters.items() if v is not None}
+    return ("WHERE " + " AND ".join(f'"{k}" = ?' for k in given) if given else ""), list(given.values())
+
+
+def e2e_errors(store: Store, by: str | None = None, mode: str | None = None, platform: str | None = None
+               ) -> pd.DataFrame:
+    """Geomean/min/max |e| (in %) and the baseline's geomean |e| of predictions with ground truth, grouped;
+    ``mode``/``platform`` (target platform) filter when given."""
     keys = _keys(by, E2E_KEYS, E2E_DEFAULT)
     cols = ", ".join(keys)
-    where = "WHERE mode = ?" if mode else ""
+    where, params = _where({"mode": mode, "platform": platform})
     sql = f"""
         SELECT {cols}, count(*) AS n,
                round(100 * exp(avg(ln(abs_error + {GMAE_EPSILON}))), 2) AS geomean_pct,
@@ -41,21 +49,26 @@ def e2e_errors(store: Store, by: str | None = None, mode: str | None = None) -> 
                round(100 * exp(avg(ln(baseline_abs_error + {GMAE_EPSILON}))), 2) AS baseline_geomean_pct
         FROM v_prediction_errors {where}
         GROUP BY {cols} ORDER BY {cols}"""
-    return store.query(sql, [mode] if mode else None)
+    return store.query(sql, params or None)
 
 
-def kernel_errors(store: Store, by: str | None = None, champions_only: bool = False) -> pd.DataFrame:
-    """Held-out test GMAE/MAPE (in %) of the registered kernel and collective models, grouped."""
+def kernel_errors(store: Store, by: str | None = None, champions_only: bool = False, platform: str | None = None
+                  ) -> pd.DataFrame:
+    """Held-out test GMAE/MAPE (in %) of the registered kernel and collective models, grouped (of one platform
+    when given)."""
     keys = _keys(by, KERNEL_KEYS, KERNEL_DEFAULT)
     cols = ", ".join(f'"{k}"' for k in keys)
-    where = "WHERE list_contains(string_split(coalesce(aliases, ''), ','), 'champion')" if champions_only else ""
+    where, params = _where({"platform": platform})
+    if champions_only:
+        where += (" AND " if where else "WHERE ") + \
+            "list_contains(string_split(coalesce(aliases, ''), ','), 'champion')"
     sql = f"""
         SELECT {cols}, count(*) AS models,
                round(100 * exp(avg(ln(greatest(test_gmae, 1e-12)))), 2) AS test_gmae_pct,
                round(100 * avg(test_mape), 2) AS test_mape_pct, sum(n_test) AS n_test
         FROM v_kernel_model_errors {where}
         GROUP BY {cols} ORDER BY {cols}"""
-    return store.query(sql)
+    return store.query(sql, params or None)
 
 
 def named(store: Store, query: str) -> pd.DataFrame:

@@ -74,10 +74,29 @@ class RankGraph:
     ops: list[Op]
     measured_us: float = NAN               # this rank's measured iteration time in the trace, when known
     iteration: int | None = None
+    start_us: float = NAN                  # when this rank entered the iteration, on the trace clock
     tail_us: float = 0.0                   # measured CPU time from the last op's end to the iteration's end
 
     def collectives(self) -> list[int]:
         return [i for i, op in enumerate(self.ops) if op.is_collective]
+
+    def drop_trailing_barriers(self) -> int:
+        """Remove barriers after this rank's last other collective (the harness's step separators; an ET may parent
+        one to the step on one rank and not on another); dependencies are renumbered. Returns how many went."""
+        coll = self.collectives()
+        gone = set()
+        for i in reversed(coll):
+            if self.ops[i].collective != "barrier":
+                break
+            gone.add(i)
+        if not gone:
+            return 0
+        new_index = {old: k for k, old in enumerate(i for i in range(len(self.ops)) if i not in gone)}
+        kept = [op for i, op in enumerate(self.ops) if i not in gone]
+        for op in kept:
+            op.waits_on = tuple(new_index[j] for j in op.waits_on if j in new_index)
+        self.ops = kept
+        return len(gone)
 
     def __iter__(self) -> Iterator[Op]:
         return iter(self.ops)
@@ -94,12 +113,18 @@ class TraceGraph:
     semantics: str                          # 'async_device' or 'sync_host'
     source_platform: str | None = None
     trace_set_id: int | None = None
-    measured_us: float = NAN                # the trace's own iteration time (max over ranks), when known
+    measured_us: float = NAN                # the iteration over all ranks: last entry to last exit (µs)
 
     def validate(self) -> "TraceGraph":
-        """Check dependencies point backwards at collectives and every rank has the same collective sequence."""
+        """Check dependencies point backwards at collectives and every rank has the same collective sequence.
+        Ranks whose sequences differ are first stripped of trailing barriers (:meth:`RankGraph.drop_trailing_barriers`:
+        this mutates them), so that only a real difference is refused."""
         if not self.ranks:
             raise PmdbError("the trace set has no ranks to simulate")
+        counts = {tuple(g.ops[i].collective for i in g.collectives()) for g in self.ranks}
+        if len(counts) > 1:  # ranks that differ only by trailing barriers: those are outside the step
+            for graph in self.ranks:
+                graph.drop_trailing_barriers()
         sequences = []
         for graph in self.ranks:
             for i, op in enumerate(graph.ops):

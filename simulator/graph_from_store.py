@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.traces.iterations import aligned_iteration_us
 from collectors.traces.read import storage_edges
 from pmdb.errors import PmdbError
 from pmdb.store import Store
@@ -40,8 +41,7 @@ def make_op(units: RankUnits, unit: int, kernels: list[tuple], comm_event: tuple
     shapes, attrs, twin = units.shapes(unit)
     start, dur = nan_or(units.col(unit, "start_us")), nan_or(units.col(unit, "dur_us"))
     below = units.descendants(unit)
-    children = [(units.col(c, "name"), units.shapes(c)[0] if units.with_shapes else [])
-                for c in below if units.col(c, "category") == "cpu_op"]
+    children = units.nested_ops(unit)
     sync_calls = [c for c in below + [unit] if units.col(c, "name") in SYNC_CALLS]
     sync_streams = tuple(sorted({s for c in sync_calls for s in SYNC_CALLS[units.col(c, "name")]}))
     sync_us = sum(nan_or(units.col(c, "dur_us")) for c in sync_calls if c != unit) if units.timed else 0.0
@@ -193,7 +193,8 @@ def _rank_iterations(builder: RankUnits, wanted: list[int | None], detail: bool)
                 op.waits_on = tuple(sorted(index[p] for p in producers if p in index and index[p] < index[u]))
         measured = spans[k][1] if k is not None and k in spans else float("nan")
         tail = spans[k][0] + spans[k][1] - previous_end if k in spans and not math.isnan(previous_end) else 0.0
-        graph = RankGraph(frames.rank, ops, measured_us=measured, iteration=k)
+        graph = RankGraph(frames.rank, ops, measured_us=measured, iteration=k,
+                          start_us=spans[k][0] if k is not None and k in spans else float("nan"))
         graph.tail_us = max(0.0, tail)
         out[k] = graph
     return out
@@ -244,7 +245,8 @@ def load_graphs(store: Store, trace_set_id: int, *, pick: str = "all", detail: b
     for k in wanted:
         ranks = [per_rank[r][k] for r in sorted(per_rank)]
         measured = [g.measured_us for g in ranks]
+        known = not any(map(math.isnan, measured + [g.start_us for g in ranks]))
         out.append(TraceGraph(ranks, info["semantics"], info["platform"], int(trace_set_id),
-                              measured_us=float(np.max(measured)) if not any(map(math.isnan, measured))
+                              measured_us=aligned_iteration_us([g.start_us for g in ranks], measured) if known
                               else float("nan")).validate())
     return out

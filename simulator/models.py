@@ -92,6 +92,13 @@ CACHE_PREFERENCE = {"sync_host": ("cold", "warm", "device"), "async_device": ("d
 
 
 BLEND = "blend"
+CACHE_STATES = ("warm", "cold", "device", BLEND)   # what model selection takes (None: per platform kind)
+
+
+def check_cache_state(cache_state: str | None) -> None:
+    """Refuse a cache state the model selection does not know (None is its default), as a one-line user error."""
+    if cache_state is not None and cache_state not in CACHE_STATES:
+        raise PmdbError(f"bad --cache-state {cache_state!r}: use {', '.join(CACHE_STATES[:-1])} or {BLEND}")
 
 
 def load_model_set(store: Store, platform: str, spec: str = "champion", cache_state: str | None = None,

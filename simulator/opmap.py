@@ -3,8 +3,9 @@
 The parameter names are those of ``collectors/ops`` (method.md section 3): fully_connected/bmm B, M, N, K;
 conv2d B, H (input side + 2·pad), IC, OC, stride, dilation, FH, FW, is_depthwise, pad; conv1d B, L, IC, OC, groups,
 FW; batch_norm B, H, C; layer_norm B, M, N; element-wise ops M, N; dropout B, M, N, p; concat M, N, K; memcpy M, N;
-tril B, M, N, diag; embedding_lookup B, T (per-table statistics come from the store). Backward ops are autograd nodes
-(``autograd::engine::evaluate_function: XBackward0``) whose sizes are read from the gradient and the nested ops.
+tril B, M, N, diag; embedding_lookup B, T (per-table statistics come from the store); embedding (dense) V, D, N.
+Backward ops are autograd nodes (``autograd::engine::evaluate_function: XBackward0``) whose sizes are read from the
+gradient and the nested ops.
 
 :func:`map_op` returns a :class:`Mapped`, :data:`NO_WORK` for views and metadata ops (no device work: their cost is
 CPU overhead only), or None for an op pmdb cannot model.
@@ -49,16 +50,20 @@ VIEW_BACKWARDS = frozenset("""TBackward0 ViewBackward0 TransposeBackward0 Transp
 UnsafeViewBackward0 ReshapeAliasBackward0 ExpandBackward0 SqueezeBackward0 SqueezeBackward1 UnsqueezeBackward0
 AliasBackward0 DetachBackward0 AsStridedBackward0 SplitBackward0 SplitWithSizesBackward0 UnbindBackward0
 torch::autograd::AccumulateGrad CloneBackward0 ToCopyBackward0""".split())
+# traced name -> registered microbenchmark: in-place ops to the in-place ones, allocating ops to allocating ones
+# (an allocating op above glibc's mmap threshold pays page faults an in-place op never does)
 ELEMENTWISE = {"relu": "relu", "relu_": "relu", "gelu": "gelu", "tanh": "tanh", "sigmoid": "sigmoid",
-               "add": "add", "add_": "add", "mul": "mul", "mul_": "mul", "softmax": "softmax",
+               "add": "add", "add_": "add_", "mul": "mul", "mul_": "mul_", "softmax": "softmax",
                "_softmax": "softmax", "log_softmax": "softmax", "_log_softmax": "softmax", "clamp_min": "relu",
-               "threshold": "relu"}
+               "threshold": "relu", "sqrt": "sqrt", "div": "div", "div_": "div_", "lerp_": "lerp_",
+               "addcmul_": "addcmul_", "addcdiv_": "addcdiv_", "zero_": "zero_", "fill_": "fill_",
+               "sqrt_": "sqrt_"}   # in place: not the allocating sqrt's benchmark; roofline by its own name
 # element-wise ops without a registered model: roofline by their own name (fitters.opcost knows their cost)
 OTHER_ELEMENTWISE = frozenset("""sub sub_ div div_ pow neg exp log sum mean sqrt rsqrt abs sign clamp clamp_
 fill_ zero_ zeros zeros_like ones ones_like full full_like fill fill_ binary_cross_entropy mse_loss nll_loss
 nll_loss_nd nll_loss_forward cross_entropy_loss maximum minimum where masked_fill masked_fill_ addcmul_ addcdiv_
 lerp_ sqrt_ div_ mul_ add_ copy_ clone _foreach_add_ _foreach_mul_ _foreach_addcmul_ _foreach_addcdiv_
-_foreach_lerp_ _foreach_sqrt _foreach_div_ rand randn normal_ uniform_ random_ randint arange bernoulli_
+_foreach_lerp_ _foreach_sqrt _foreach_div_ _foreach_zero_ rand randn normal_ uniform_ random_ randint arange bernoulli_
 index_select gather scatter_add_ index_add_ cumsum eq ne gt lt ge le tril_indices""".split())
 COPY_OPS = frozenset({"copy_", "clone", "_to_copy", "contiguous", "to"})
 
@@ -224,12 +229,27 @@ def _copy(op: Op) -> Mapped | object:
     return Mapped("memcpy", "fwd", _rows_cols(src)) if src else NO_WORK
 
 
+def _dense_embedding(v: int, d: int, indices: list[int], pass_: str) -> Mapped:
+    return Mapped("embedding", pass_, {"V": float(v), "D": float(d), "N": float(max(_numel(indices), 1))})
+
+
 def _gather(op: Op) -> Mapped | None:
-    """aten::embedding (a row gather, not a pooled lookup): a copy of the gathered rows [indices, H]."""
+    """aten::embedding(W[V, D], indices) (a row gather, not a pooled lookup): the dense embedding, N = #indices."""
     weight, indices = (_tensors(op.input_shapes) + [None, None])[:2]
     if not weight or indices is None or len(weight) != 2:
         return None
-    return Mapped("memcpy", "fwd", {"M": float(max(_numel(indices), 1)), "N": float(weight[1])})
+    return _dense_embedding(weight[0], weight[1], indices, "fwd")
+
+
+def _gather_backward(op: Op) -> Mapped | None:
+    """EmbeddingBackward0: the dense gradient of W[V, D]. V comes from the zeroed gradient (``aten::zero_`` below
+    ``embedding_dense_backward``; the node's shapes hold only the output gradient and the indices)."""
+    grad = _grad(op)
+    backward = _tensors(_child(op, ("embedding_dense_backward", "embedding_backward")) or [])
+    zeroed = _tensors(_child(op, ("zero_",)) or [])
+    if grad is None or len(backward) < 2 or not zeroed or len(zeroed[0]) != 2:
+        return None
+    return _dense_embedding(zeroed[0][0], grad[-1], backward[1], "bwd")
 
 
 def _embedding(op: Op, pass_: str = "fwd") -> Mapped:
@@ -273,8 +293,8 @@ def _backward(op: Op) -> Mapped | object | None:
     node = op.name[len(BACKWARD_PREFIX):]
     if node in VIEW_BACKWARDS:
         return NO_WORK
-    if node.startswith("EmbeddingBackward"):   # a gather's dense gradient (zeroed table + rows), not a lookup:
-        return None                             # composed from its nested ops on CPUs
+    if node.startswith("EmbeddingBackward"):   # a gather's dense gradient (zeroed table + rows), not a lookup
+        return _gather_backward(op)
     if any(marker in node.lower() for marker in EMBEDDING_MARKERS):
         return _embedding(op, "bwd")
     grad = _grad(op)
@@ -336,7 +356,8 @@ def map_op(op: Op) -> Mapped | object | None:
         if short.startswith("_foreach"):
             first = op.input_shapes[0] if op.input_shapes and isinstance(op.input_shapes[0], list) else []
             total = sum(_numel(t) for t in _tensors(first)) or 1
-            return Mapped(short.strip("_").split("_")[1], "fwd", {"M": float(total), "N": 1.0})
+            single = short[len("_foreach_"):]   # _foreach_add_ -> add_ (in place), _foreach_sqrt -> sqrt
+            return Mapped(ELEMENTWISE.get(single, single), "fwd", {"M": float(total), "N": 1.0})
         shape = max(tensors, key=_numel) if tensors else [1]
         return Mapped(ELEMENTWISE.get(short, short.rstrip("_")), "fwd", _rows_cols(shape))
     return None

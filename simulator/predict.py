@@ -2,9 +2,12 @@
 it with the exact model versions and overhead version used. Times µs."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import statistics
+import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 from tqdm import tqdm
@@ -19,6 +22,7 @@ from simulator.models import BLEND, Overheads, load_model_set, parse_spec
 from simulator.records import (ModelUse, Prediction, ground_truth, store_prediction, trace_set_for_run,
                                trace_set_info)
 from simulator.replay import replay_programs
+from simulator.threads import thread_mismatch
 from simulator.timing import ModelTiming
 
 MODES = ("model", "replay")
@@ -45,10 +49,33 @@ def _replay(store: Store, trace_set_id: int, semantics: str) -> tuple[SimResult,
     return runs[(len(runs) - 1) // 2][1], median, len(runs)
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector: a prediction allocates some 10^5 short-lived containers (rows, ops),
+    and each collection they trigger walks every long-lived object of the process (torch, scikit-learn), which cost
+    more than the prediction itself. Reference counting still frees everything; the collector resumes after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", models: str = "champion",
                       target_platform: str | None = None, cache_state: str | None = None,
                       workload_run_id: str | None = None, overhead_version: int | None = None) -> Prediction:
-    """Simulate a stored trace set; nothing is written (see :func:`predict_and_store`)."""
+    """Simulate a stored trace set; nothing is written (see :func:`predict_and_store`). In model mode, kernel models
+    fitted at another thread count than the ground-truth workload run's give one warning line on stderr (and
+    ``Prediction.warnings``)."""
+    with _collector_paused():
+        return _predict(store, trace_set_id, mode=mode, models=models, target_platform=target_platform,
+                        cache_state=cache_state, workload_run_id=workload_run_id, overhead_version=overhead_version)
+
+
+def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_platform: str | None,
+             cache_state: str | None, workload_run_id: str | None, overhead_version: int | None) -> Prediction:
     if mode not in MODES:
         raise PmdbError(f"bad --mode {mode!r}: use model or replay")
     started = time.perf_counter()
@@ -78,10 +105,14 @@ def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", m
         models_used = [ModelUse(n, v, c) for (n, v), c in sorted(timing.usage.models.items())]
         unmodelled = timing.usage.unmodelled(graph.measured_us)
     run_id, measured = ground_truth(store, trace_set_id, target, mode, workload_run_id)
+    notes = [] if mode != "model" else \
+        [n for n in [thread_mismatch(store, run_id, [(m.name, m.version) for m in models_used])] if n]
+    for note in notes:
+        print(f"pmdb: warning: {note}", file=sys.stderr)
     return Prediction(trace_set_id=int(trace_set_id), mode=mode, source_platform=source, target_platform=target,
                       result=result, predicted_us=predicted, iterations=iterations, measured_us=measured,
                       workload_run_id=run_id, models=models_used, overhead_version=version,
-                      model_selection=selection, unmodelled=unmodelled,
+                      model_selection=selection, unmodelled=unmodelled, warnings=notes,
                       elapsed_s=time.perf_counter() - started)
 
 
@@ -97,8 +128,8 @@ def predict_and_store(store: Store, run_id: str, trace_set_id: int | None = None
 
 
 def pending_runs(store: Store, platform: str, models: str = "champion", cache_state: str | None = None) -> list[str]:
-    """Completed workload runs of ``platform`` with a trace set and no model-mode prediction made with versions
-    that ``models`` still selects and the latest overhead version."""
+    """Completed workload runs of ``platform`` with a recorded (not derived) trace set and no model-mode prediction
+    made with versions that ``models`` still selects and the latest overhead version."""
     from fitters.load import select_models
 
     alias, versions = parse_spec(models)
@@ -107,11 +138,13 @@ def pending_runs(store: Store, platform: str, models: str = "champion", cache_st
                                                                   versions=versions, cache_state=state)}
     latest = Overheads.latest(store, platform).version
     runs = store.query("SELECT w.run_id FROM v_workload_runs w WHERE w.platform = ? AND EXISTS "
-                       "(SELECT 1 FROM v_trace_sets t WHERE t.workload_id = w.workload_id) ORDER BY w.finished_at",
+                       "(SELECT 1 FROM v_trace_sets t WHERE t.workload_id = w.workload_id AND t.source <> 'derived') "
+                       "ORDER BY w.finished_at",
                        [platform])["run_id"].tolist()
     used = store.query("SELECT p.prediction_id, p.workload_run_id, p.overhead_version, m.name, m.version "
                        "FROM v_predictions p LEFT JOIN prediction_models m USING (prediction_id) "
-                       "WHERE p.mode = 'model' AND p.target_platform = ?", [platform])
+                       "WHERE p.mode = 'model' AND p.target_platform = ? AND p.model_selection LIKE ?",
+                       [platform, f"{models}/{cache_state or 'default'}/%"])  # a blend is not the cold prediction
     fresh = set()
     for (pid, run), group in used.groupby(["prediction_id", "workload_run_id"], dropna=False):
         versions = {(n, int(v)) for n, v in zip(group["name"], group["version"]) if not pd.isna(n)}

@@ -39,6 +39,7 @@ class Prediction:
     model_selection: str | None = None     # '<spec>/<cache state>/<digest of the selected versions>'
     unmodelled: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # e.g. kernel models fitted at another thread count
 
     @property
     def model_set(self) -> str | None:
@@ -88,11 +89,12 @@ def trace_set_info(store: Store, trace_set_id: int) -> dict[str, Any]:
 
 
 def trace_set_for_run(store: Store, workload_run_id: str) -> int:
-    """The latest completed trace set captured for the workload of a workload run (same workload id)."""
+    """The latest completed trace set recorded for the workload of a workload run (same workload id). Derived trace
+    sets (made by the sharding study from a recorded one) have no workload run of their own and are never picked."""
     run = store.query("SELECT workload_id, platform FROM v_workload_runs WHERE run_id = ?", [workload_run_id])
     if run.empty:
         raise PmdbError(f"no completed workload run {workload_run_id!r} (`pmdb runs --kind workload` lists them)")
-    found = store.scalar("SELECT trace_set_id FROM v_trace_sets WHERE workload_id = ? "
+    found = store.scalar("SELECT trace_set_id FROM v_trace_sets WHERE workload_id = ? AND source <> 'derived' "
                          "ORDER BY (platform = ?) DESC, created_at DESC, trace_set_id DESC LIMIT 1",
                          [int(run.iloc[0]["workload_id"]), run.iloc[0]["platform"]])
     if found is None:

@@ -32,24 +32,44 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
-def transfer_times(graph: TraceGraph) -> list[float]:
-    """Per collective (in order), its duration without waiting for peers: a rank that arrives early measures the
-    wait inside its collective, which the engine's inter-rank sync models. On a CPU the rank whose work started
-    last did not wait: its duration is the transfer; without start times, the shortest duration over ranks."""
+def _consumed_by(graph: RankGraph) -> dict[int, float]:
+    """Collective index -> start of the first op that consumes its output (on the trace clock)."""
+    out: dict[int, float] = {}
+    for op in graph.ops:
+        for j in op.waits_on:
+            if j not in out and not math.isnan(op.start_us):
+                out[j] = op.start_us
+    return out
+
+
+def transfer_times(graph: TraceGraph) -> list[list[float]]:
+    """Per collective (in order), per rank, its duration without waiting for peers: a rank that arrives early
+    measures the wait inside its collective, which the engine's inter-rank sync models. On a CPU the collective
+    starts when the last rank's work starts, and each rank's communication thread finishes it on its own (one may
+    be descheduled after the data arrived): per rank, from the last start to its own end, which is no later than
+    the start of the op consuming its output (an asynchronous work's recorded end can be its late ``wait``).
+    Without start times, the shortest duration over ranks, for every rank."""
     out = []
-    for ops in zip(*([rg.ops[i] for i in rg.collectives()] for rg in graph.ranks)):
+    indices = [rg.collectives() for rg in graph.ranks]
+    consumed = [_consumed_by(rg) for rg in graph.ranks]
+    for position in range(min(map(len, indices), default=0)):
+        ops = [rg.ops[idx[position]] for rg, idx in zip(graph.ranks, indices)]
         spans = [_comm_interval(op) for op in ops]
         if all(span is not None for span in spans):
-            begin, end = max(spans, key=lambda span: span[0])
-            out.append(end - begin)
+            begin = max(span[0] for span in spans)
+            ends = [min(span[1], used.get(idx[position], math.inf))
+                    for span, used, idx in zip(spans, consumed, indices)]
+            out.append([max(0.0, end - begin) for end in ends])
         else:
-            out.append(min(sum(_z(k.dur_us) for k in op.kernels if k.stream == Stream.COMM) for op in ops))
+            shortest = min(sum(_z(k.dur_us) for k in op.kernels if k.stream == Stream.COMM) for op in ops)
+            out.append([shortest] * len(ops))
     return out
 
 
 def replay_rank(graph: RankGraph, semantics: str, transfers: list[float] | None = None) -> list[TimedOp]:
-    """The rank's ops with the trace's own times (collectives with ``transfers``, their durations without waits);
-    a final op carries the measured tail of the iteration."""
+    """The rank's ops with the trace's own times (collectives with ``transfers``, this rank's durations without
+    waits, which also end each collective on this rank: see :attr:`TimedOp.after_last_us`); a final op carries the
+    measured tail of the iteration."""
     sync_host = semantics == "sync_host"
     transfer = dict(zip(graph.collectives(), transfers or []))
     out = []
@@ -67,7 +87,8 @@ def replay_rank(graph: RankGraph, semantics: str, transfers: list[float] | None 
                 sum(_z(k.dur_us) for k in comm) > 0 else 1.0
             kernels = tuple((int(k.stream), _z(k.dur_us) * (scale if k.stream == Stream.COMM else 1.0),
                              _z(k.launch_us), _z(k.gap_before_us)) for k in op.kernels)
-            timed = TimedOp(t1=t1, t3=_z(op.tail_us), kernels=kernels)
+            timed = TimedOp(t1=t1, t3=_z(op.tail_us), kernels=kernels,
+                            after_last_us=transfer.get(index) if comm and sync_host else None)
         elif sync_host:  # the op's own work runs on the calling thread
             timed = TimedOp(t1=t1, kernels=((COMPUTE, _z(op.cpu_dur_us), 0.0, 0.0),))
         else:
@@ -82,5 +103,5 @@ def replay_rank(graph: RankGraph, semantics: str, transfers: list[float] | None 
 
 def replay_programs(graph: TraceGraph, semantics: str) -> list[list[TimedOp]]:
     """Per rank, the replayed program of one iteration."""
-    transfers = transfer_times(graph)
-    return [replay_rank(rank, semantics, transfers) for rank in graph.ranks]
+    per_rank = list(zip(*transfer_times(graph))) or [() for _ in graph.ranks]
+    return [replay_rank(rank, semantics, list(transfers)) for rank, transfers in zip(graph.ranks, per_rank)]

@@ -1,5 +1,6 @@
 """Report plots from stored predictions: predicted vs measured per workload (like the paper's Fig. 10/11) and the
-per-rank, per-stream time breakdown. Functions take a store and an output directory and return the files written."""
+per-rank, per-stream time breakdown. Functions take a store and an output directory and return the files written;
+``platform`` keeps the predictions made for that target platform only (None: every platform)."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ from pmdb.store import Store  # noqa: E402
 
 _LATEST = """
 SELECT * FROM v_prediction_errors
-WHERE (? IS NULL OR mode = ?)
+WHERE (? IS NULL OR mode = ?) AND (? IS NULL OR platform = ?)
 ORDER BY family, world_size, workload, batch_size, sharder, prediction_id
 """
 
@@ -32,10 +33,15 @@ def _label(row: pd.Series) -> str:
     return " ".join(parts)
 
 
-def predicted_vs_measured(store: Store, out_dir: Path, mode: str | None = "model") -> Path | None:
+def _latest(store: Store, mode: str | None, platform: str | None) -> pd.DataFrame:
+    return store.query(_LATEST, [mode, mode, platform, platform])
+
+
+def predicted_vs_measured(store: Store, out_dir: Path, mode: str | None = "model", platform: str | None = None
+                          ) -> Path | None:
     """Grouped bars (ms) of measured, predicted and baseline time per workload run, one panel per family;
     the error of each prediction is written above its bar. Returns the PNG path, or None without predictions."""
-    frame = store.query(_LATEST, [mode, mode])
+    frame = _latest(store, mode, platform)
     if frame.empty:
         return None
     families = list(dict.fromkeys(frame["family"]))
@@ -59,10 +65,11 @@ def predicted_vs_measured(store: Store, out_dir: Path, mode: str | None = "model
     return _save(fig, out_dir, "predicted_vs_measured", mode)
 
 
-def stream_breakdown(store: Store, out_dir: Path, mode: str | None = "model", limit: int = 12) -> Path | None:
+def stream_breakdown(store: Store, out_dir: Path, mode: str | None = "model", limit: int = 12,
+                     platform: str | None = None) -> Path | None:
     """Stacked bars per workload and rank (ms): compute busy, communication only, and the rest (CPU-bound or idle).
     Uses the latest ``limit`` predictions. Returns the PNG path, or None without predictions."""
-    frame = store.query(_LATEST, [mode, mode])
+    frame = _latest(store, mode, platform)
     if frame.empty:
         return None
     frame = frame.sort_values("prediction_id").tail(limit)
@@ -97,12 +104,13 @@ def _save(fig: plt.Figure, out_dir: Path, stem: str, mode: str | None) -> Path:
     return path
 
 
-def write_report(store: Store, out_dir: Path) -> list[Path]:
-    """Both plots for model-mode and replay-mode predictions; the files written."""
+def write_report(store: Store, out_dir: Path, platform: str | None = None) -> list[Path]:
+    """Both plots for model-mode and replay-mode predictions (of one target platform when given); the files
+    written."""
     written = []
     for mode in ("model", "replay"):
         for plot in (predicted_vs_measured, stream_breakdown):
-            path = plot(store, Path(out_dir), mode)
+            path = plot(store, Path(out_dir), mode, platform=platform)
             if path is not None:
                 written.append(path)
     return written

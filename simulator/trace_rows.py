@@ -25,17 +25,45 @@ _ET = ("op_id, name, parent_id, thread, iteration, start_us, dur_us, category, i
        "attrs->>'$.op_schema' AS op_schema")
 
 
-def _fetch(store: Store, sql: str, params: list[Any]) -> pd.DataFrame:
-    """A query's rows as a DataFrame through NumPy (faster than the Arrow-backed default); NULL -> None/NaN."""
-    result = store.conn.execute(sql, params).fetchnumpy()
+def _frame(result: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Columns fetched as NumPy arrays as a DataFrame (faster than the Arrow-backed default); NULL -> None/NaN."""
     columns = {}
     for name, values in result.items():
         if isinstance(values, np.ma.MaskedArray):
-            data = values.data.astype(object if values.dtype == object else float)
-            data[values.mask] = None if values.dtype == object else np.nan
-            values = data
+            mask = np.ma.getmaskarray(values)
+            if mask.any():
+                data = values.data.astype(object if values.dtype == object else float)
+                data[mask] = None if values.dtype == object else np.nan
+                values = data
+            else:
+                values = values.data
         columns[name] = values
     return pd.DataFrame(columns)
+
+
+def _fetch_by_trace(store: Store, sql: str, params: list[Any], trace_ids: list[int]) -> dict[int, pd.DataFrame]:
+    """trace id -> its rows of a query over several traces (first column ``trace_id``, rows ordered by it), each
+    frame as a query of that trace alone would give it (one query instead of one per trace)."""
+    result = store.conn.execute(sql, params).fetchnumpy()
+    ids = np.asarray(result.pop("trace_id"))
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, dtype=int)
+    ends = np.r_[starts[1:], len(ids)].astype(int)
+    out = {int(ids[a]): _frame({n: v[a:b] for n, v in result.items()}) for a, b in zip(starts, ends)}
+    for trace_id in trace_ids:
+        if trace_id not in out:
+            out[trace_id] = _frame({n: v[0:0] for n, v in result.items()})
+    return out
+
+
+def _split(frame: pd.DataFrame, trace_ids: list[int]) -> dict[int, pd.DataFrame]:
+    """trace id -> its rows of a frame with a ``trace_id`` column (which is dropped), index 0..n-1."""
+    groups = {int(k): g for k, g in frame.groupby("trace_id", sort=False)}
+    empty = frame.iloc[0:0]
+    return {t: groups.get(t, empty).drop(columns="trace_id").reset_index(drop=True) for t in trace_ids}
+
+
+def _in(values: list[int]) -> str:
+    return ",".join(str(int(v)) for v in values)
 
 
 def _traces(store: Store, trace_set_id: int) -> pd.DataFrame:
@@ -74,8 +102,12 @@ def linked_counts(store: Store, trace_set_id: int) -> dict[int, int]:
 
 
 def _json(values: pd.Series) -> list[Any]:
-    """Decoded JSON values; keys whose value is null (an attribute the row lacks) are left out of objects."""
-    out = [json.loads(v) if isinstance(v, str) else v for v in values]
+    """Decoded JSON values; keys whose value is null (an attribute the row lacks) are left out of objects. The texts
+    are decoded in one call as one JSON array (a per-value ``json.loads`` costs more than the decoding itself)."""
+    out = list(values)
+    texts = [i for i, v in enumerate(out) if isinstance(v, str)]
+    for i, decoded in zip(texts, json.loads("[" + ",".join(out[i] for i in texts) + "]")):
+        out[i] = decoded
     return [{k: x for k, x in v.items() if x is not None} if isinstance(v, dict) else v for v in out]
 
 
@@ -100,18 +132,21 @@ def _entries(arg: Any, storage: Any, sizes: dict[int, tuple[Any, Any]] | None = 
     return out
 
 
-def _collective_sizes(store: Store, trace_id: int) -> dict[int, dict[int, tuple[int, int]]]:
-    """ET op id -> argument -> (numel, itemsize) summed over the argument's tensors, for collectives only."""
-    frame = _fetch(store, f"SELECT op_id, {_SIZES} FROM trace_ops WHERE trace_id = ? AND is_collective", [trace_id])
-    out: dict[int, dict[int, tuple[int, int]]] = {}
-    for op_id, args, numels, items in zip(frame["op_id"], frame["arg"], frame["numel"], frame["item"]):
-        if args is None or isinstance(args, float):
-            continue
-        per: dict[int, tuple[int, int]] = {}
-        for a, n, i in zip(args, numels, items):
-            numel, item = per.get(int(a), (0, int(i or 0)))
-            per[int(a)] = (numel + int(n or 0), int(i or 0) or item)
-        out[int(op_id)] = per
+def _collective_sizes(store: Store, trace_ids: list[int]) -> dict[int, dict[int, dict[int, tuple[int, int]]]]:
+    """ET trace id -> op id -> argument -> (numel, itemsize) summed over the argument's tensors, collectives only."""
+    frames = _fetch_by_trace(store, f"SELECT trace_id, op_id, {_SIZES} FROM trace_ops WHERE trace_id IN "
+                                    f"({_in(trace_ids)}) AND is_collective ORDER BY trace_id, op_id", [], trace_ids)
+    out: dict[int, dict[int, dict[int, tuple[int, int]]]] = {}
+    for trace_id, frame in frames.items():
+        sizes = out.setdefault(trace_id, {})
+        for op_id, args, numels, items in zip(frame["op_id"], frame["arg"], frame["numel"], frame["item"]):
+            if args is None or isinstance(args, float):
+                continue
+            per: dict[int, tuple[int, int]] = {}
+            for a, n, i in zip(args, numels, items):
+                numel, item = per.get(int(a), (0, int(i or 0)))
+                per[int(a)] = (numel + int(n or 0), int(i or 0) or item)
+            sizes[int(op_id)] = per
     return out
 
 
@@ -120,66 +155,92 @@ _ATTRS = ("json_object('scalars', attrs->'$.scalars', 'concrete_inputs', attrs->
           "'input_types', attrs->'$.input_types') AS attrs")
 
 
-def _kineto(store: Store, trace_id: int, iterations: list[int] | None, shapes: bool) -> pd.DataFrame:
+def _kineto(store: Store, trace_ids: list[int], iterations: list[int] | None, shapes: bool
+            ) -> dict[int, pd.DataFrame]:
     cols = _KINETO + (f", input_shapes, {_ATTRS}" if shapes else "")
-    where = "" if iterations is None else f" AND iteration IN ({','.join(str(int(k)) for k in iterations)})"
-    frame = _fetch(store, f"SELECT {cols} FROM trace_ops WHERE trace_id = ?{where} ORDER BY op_id", [trace_id])
-    if shapes:
-        frame["input_shapes"], frame["attrs"] = _json(frame["input_shapes"]), _json(frame["attrs"])
-    else:
-        frame["input_shapes"], frame["attrs"] = None, [{} for _ in range(len(frame))]
-    return frame
+    where = "" if iterations is None else f" AND iteration IN ({_in(iterations)})"
+    frames = _fetch_by_trace(store, f"SELECT trace_id, {cols} FROM trace_ops WHERE trace_id IN ({_in(trace_ids)})"
+                                    f"{where} ORDER BY trace_id, op_id", [], trace_ids)
+    for frame in frames.values():
+        if shapes:
+            frame["input_shapes"], frame["attrs"] = _json(frame["input_shapes"]), _json(frame["attrs"])
+        else:
+            frame["input_shapes"], frame["attrs"] = None, [{} for _ in range(len(frame))]
+    return frames
 
 
-def _et(store: Store, trace_id: int, id_range: tuple[int, int] | None, shapes: bool,
-        iterations: list[int] | None = None) -> pd.DataFrame:
+def _et(store: Store, ranges: dict[int, tuple[int, int] | None], shapes: bool,
+        iterations: list[int] | None = None) -> dict[int, pd.DataFrame]:
+    """ET trace id -> its rows over an op id range (None: all), or of ``iterations`` (ETs without a Kineto trace:
+    their own iteration markers)."""
+    if not ranges:
+        return {}
     cols = _ET + ", " + _TENSORS.format(c="input_tensors") + ", " + _TENSORS.format(c="output_tensors")
     if shapes:
         cols += f", input_shapes, {_ATTRS}"
-    where = "" if id_range is None else f" AND op_id BETWEEN {int(id_range[0])} AND {int(id_range[1])}"
-    if iterations is not None:  # an ET without a Kineto trace: its own iteration markers
-        where += f" AND iteration IN ({','.join(str(int(k)) for k in iterations)})"
-    frame = _fetch(store, f"SELECT {cols} FROM trace_ops WHERE trace_id = ?{where} ORDER BY op_id", [trace_id])
-    sizes = _collective_sizes(store, trace_id)
-    frame["input_tensors"] = [_entries(a, s, sizes.get(int(i))) for i, a, s in
-                              zip(frame["op_id"], frame["input_tensors_arg"], frame["input_tensors_storage"])]
-    frame["output_tensors"] = [_entries(a, s) for a, s in zip(frame["output_tensors_arg"],
-                                                              frame["output_tensors_storage"])]
-    frame = frame.drop(columns=[f"{c}_{f}" for c in ("input_tensors", "output_tensors") for f in ("arg", "storage")])
-    schemas = [None if s is None or (isinstance(s, float) and np.isnan(s)) else s for s in frame["op_schema"]]
-    if shapes:
-        frame["input_shapes"] = _json(frame["input_shapes"])
-        frame["attrs"] = [dict(a or {}, op_schema=s) for a, s in zip(_json(frame["attrs"]), schemas)]
-    else:
-        frame["input_shapes"] = None
-        frame["attrs"] = [{"op_schema": s} for s in schemas]
-    return frame.drop(columns=["op_schema"])
+    bounds = ", ".join(f"({int(t)}, {int(r[0]) if r else -2 ** 62}, {int(r[1]) if r else 2 ** 62})"
+                       for t, r in ranges.items())
+    where = "" if iterations is None else f" WHERE iteration IN ({_in(iterations)})"
+    ids = list(ranges)
+    frames = _fetch_by_trace(store, f"SELECT trace_id, {cols} FROM trace_ops JOIN (VALUES {bounds}) AS "
+                                    f"r(r_trace, r_lo, r_hi) ON trace_id = r_trace AND op_id BETWEEN r_lo AND r_hi"
+                                    f"{where} ORDER BY trace_id, op_id", [], ids)
+    all_sizes = _collective_sizes(store, ids)
+    out = {}
+    for trace_id, frame in frames.items():
+        sizes = all_sizes.get(trace_id, {})
+        frame["input_tensors"] = [_entries(a, s, sizes.get(int(i))) for i, a, s in
+                                  zip(frame["op_id"], frame["input_tensors_arg"], frame["input_tensors_storage"])]
+        frame["output_tensors"] = [_entries(a, s) for a, s in zip(frame["output_tensors_arg"],
+                                                                  frame["output_tensors_storage"])]
+        frame = frame.drop(columns=[f"{c}_{f}" for c in ("input_tensors", "output_tensors")
+                                    for f in ("arg", "storage")])
+        schemas = [None if s is None or (isinstance(s, float) and np.isnan(s)) else s for s in frame["op_schema"]]
+        if shapes:
+            frame["input_shapes"] = _json(frame["input_shapes"])
+            frame["attrs"] = [dict(a or {}, op_schema=s) for a, s in zip(_json(frame["attrs"]), schemas)]
+        else:
+            frame["input_shapes"] = None
+            frame["attrs"] = [{"op_schema": s} for s in schemas]
+        out[trace_id] = frame.drop(columns=["op_schema"])
+    return out
 
 
 def load_rank_frames(store: Store, trace_set_id: int, iterations: list[int] | None = None,
                      shapes: bool = False) -> dict[int, RankFrames]:
     """rank -> the rows of ``iterations`` (all when None) of a trace set; ``shapes`` also reads input shapes and
-    attributes (model mode). ET rows are read over the id range linked to the chosen Kineto rows."""
+    attributes (model mode). ET rows are read over the id range linked to the chosen Kineto rows. Each kind of row
+    is read for every rank in one query."""
+    ranks = {int(rank): dict(zip(g["kind"], g["trace_id"].astype(int)))
+             for rank, g in _traces(store, trace_set_id).groupby("rank")}
+    kids = [ids["kineto"] for ids in ranks.values() if "kineto" in ids]
+    kineto = _kineto(store, kids, iterations, shapes) if kids else {}
+    linked_ranges, own_iterations = {}, {}
+    for ids in ranks.values():
+        if "et" not in ids:
+            continue
+        if "kineto" not in ids:
+            own_iterations[ids["et"]] = None
+            continue
+        linked = kineto[ids["kineto"]]["linked_op_id"].dropna()
+        linked_ranges[ids["et"]] = ((int(linked.min()), int(linked.max())) if len(linked) and iterations is not None
+                                    else None)
+    et = {**_et(store, linked_ranges, shapes), **_et(store, own_iterations, shapes, iterations)}
+    kernels, its = {}, {}
+    if kids:
+        same = "" if iterations is None else f" AND o.iteration IN ({_in(iterations)})"
+        kernels = _split(store.query(
+            f"SELECT k.* FROM trace_kernels k WHERE k.trace_id IN ({_in(kids)}) AND EXISTS (SELECT 1 FROM trace_ops o "
+            f"WHERE o.trace_id = k.trace_id AND o.op_id = k.op_id{same}) ORDER BY k.trace_id, k.kernel_index"), kids)
+        its = _split(store.query(f"SELECT trace_id, iteration, start_us, dur_us, marker FROM trace_iterations "
+                                 f"WHERE trace_id IN ({_in(kids)}) ORDER BY trace_id, iteration"), kids)
     out: dict[int, RankFrames] = {}
-    for rank, group in _traces(store, trace_set_id).groupby("rank"):
-        ids = dict(zip(group["kind"], group["trace_id"].astype(int)))
+    for rank, ids in ranks.items():
         kid, eid = ids.get("kineto"), ids.get("et")
-        kineto = _kineto(store, kid, iterations, shapes) if kid is not None else None
-        et = None
-        if eid is not None:
-            linked = kineto["linked_op_id"].dropna() if kineto is not None else pd.Series(dtype=float)
-            id_range = (int(linked.min()), int(linked.max())) if len(linked) and iterations is not None else None
-            et = _et(store, eid, id_range, shapes, iterations if kineto is None else None)
-        kernels = (store.query("SELECT * EXCLUDE (trace_id) FROM trace_kernels WHERE trace_id = ? AND op_id IN "
-                               "(SELECT op_id FROM trace_ops WHERE trace_id = ?"
-                               + ("" if iterations is None else
-                                  f" AND iteration IN ({','.join(str(int(k)) for k in iterations)})")
-                               + ") ORDER BY kernel_index", [kid, kid]) if kid is not None else pd.DataFrame())
-        its = (store.query("SELECT iteration, start_us, dur_us, marker FROM trace_iterations WHERE trace_id = ? "
-                           "ORDER BY iteration", [kid]) if kid is not None
-               else pd.DataFrame(columns=["iteration", "start_us", "dur_us", "marker"]))
-        if iterations is not None and len(its):
-            its = its[its["iteration"].isin(iterations)].reset_index(drop=True)
-        ops = et if et is not None else kineto
-        out[int(rank)] = RankFrames(int(rank), ops, kineto, kernels, its, kid, eid)
+        rank_its = its[kid] if kid is not None else pd.DataFrame(columns=["iteration", "start_us", "dur_us", "marker"])
+        if iterations is not None and len(rank_its):
+            rank_its = rank_its[rank_its["iteration"].isin(iterations)].reset_index(drop=True)
+        ops = et[eid] if eid is not None else kineto[kid]
+        out[rank] = RankFrames(rank, ops, kineto.get(kid) if kid is not None else None,
+                               kernels[kid] if kid is not None else pd.DataFrame(), rank_its, kid, eid)
     return out

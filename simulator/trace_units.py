@@ -59,6 +59,8 @@ class RankUnits:
         for op_id, parent in self.parent.items():
             if parent is not None:
                 self.children.setdefault(parent, []).append(op_id)
+        self._shapes: dict[int, tuple[list[Any], dict[str, Any], dict[str, Any] | None]] = {}
+        self._nested: dict[int, list[tuple[str, list[Any]]]] = {}
         self.units = self._units()
         self.unit_of = self._unit_of()
         launches = frames.kernels["launch_dur_us"].dropna() if len(frames.kernels) else pd.Series(dtype=float)
@@ -131,6 +133,13 @@ class RankUnits:
         return None if linked is None else self.et.get(linked)
 
     def shapes(self, op_id: int) -> tuple[list[Any], dict[str, Any], dict[str, Any] | None]:
+        """(input shapes, attributes, ET twin) of a row; the row's own fields win over its twin's."""
+        if op_id in self._shapes:
+            return self._shapes[op_id]
+        self._shapes[op_id] = found = self._find_shapes(op_id)
+        return found
+
+    def _find_shapes(self, op_id: int) -> tuple[list[Any], dict[str, Any], dict[str, Any] | None]:
         twin = self.twin(op_id)
         shapes = self.col(op_id, "input_shapes")
         if not isinstance(shapes, list) and twin is not None:
@@ -148,6 +157,19 @@ class RankUnits:
             stack.extend(reversed(self.children.get(node, [])))
         return out
 
+    def nested_ops(self, op_id: int) -> list[tuple[str, list[Any]]]:
+        """(name, input shapes) of every CPU op below an op, depth first in start order (shapes empty when they
+        were not read); built once per op from its children's lists."""
+        if op_id in self._nested:
+            return list(self._nested[op_id])
+        out: list[tuple[str, list[Any]]] = []
+        for child in self.children.get(op_id, []):
+            if self.col(child, "category") == "cpu_op":
+                out.append((self.col(child, "name"), self.shapes(child)[0] if self.with_shapes else []))
+            out.extend(self.nested_ops(child))
+        self._nested[op_id] = out
+        return list(out)
+
     def sub_ops(self, op_id: int) -> list[Op]:
         """The direct child CPU ops of an op as Ops, recursively (names, shapes, measured durations)."""
         out = []
@@ -155,10 +177,7 @@ class RankUnits:
             if self.col(child, "category") != "cpu_op":
                 continue
             shapes, attrs, _ = self.shapes(child)
-            below = self.descendants(child)
             out.append(Op(name=self.col(child, "name"), input_shapes=shapes, attrs=attrs, op_id=child,
                           start_us=nan_or(self.col(child, "start_us")), cpu_dur_us=nan_or(self.col(child, "dur_us")),
-                          children=[(self.col(c, "name"), self.shapes(c)[0]) for c in below
-                                    if self.col(c, "category") == "cpu_op"],
-                          sub=self.sub_ops(child)))
+                          children=self.nested_ops(child), sub=self.sub_ops(child)))
         return out

@@ -1,14 +1,21 @@
 """Element-wise ops on x[M, N]: relu, gelu, tanh, sigmoid, add (x + y), mul (x * y), softmax over N (roofline
-ops, params M, N) and dropout on x[B, M, N] with probability p (ML-modelled, params B, M, N, p).
+ops, params M, N), dropout on x[B, M, N] with probability p (ML-modelled, params B, M, N, p) and the optimizer's
+per-parameter ops (roofline, params M, N, forward only): allocating sqrt and div (x / scalar), in-place add_
+(x += y), mul_ / div_ (by a scalar), lerp_ (toward y), addcmul_, addcdiv_, zero_ and fill_.
 
 Per-element (flops, 4-byte accesses) follow method.md section 3; they only bound the grids here."""
 from __future__ import annotations
 
+import itertools
+import math
+from dataclasses import replace
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from collectors.ops.listed import listed_configs
 from collectors.ops.registry import Axis, BuildContext, Built, OpSpec, autograd_pair, register
 
 _M = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
@@ -60,3 +67,124 @@ register(OpSpec(
           Axis("p", (0.1, 0.2, 0.3, 0.5, 0.7), (0.1, 0.5), 0.05, 0.9, kind="float")),
     build=_dropout_build, normalize=lambda c: c if 0 <= c["p"] < 1 else None, flops=lambda p: 2.0 * p["B"] * p["M"] * p["N"],
     bytes_moved=lambda p: 4.0 * 3 * p["B"] * p["M"] * p["N"], memory=lambda p: 4.0 * 6 * p["B"] * p["M"] * p["N"]))
+
+
+# ---- the optimizer's per-parameter ops (forward only: optimizers run under no_grad) ----------------------------
+# Out-of-place sqrt and div (tensor / scalar) allocate their output: above glibc's 32 MiB mmap threshold it is
+# page-faulted in and unmapped on release (both inside the timed span, collectors/ops/timer.py), which in-place ops
+# never pay. The grid reaches 16M elements (a 50257 x 256 token embedding is 12.9M) and is dense around 32 MiB.
+_NUMELS = (16, 64, 256, 1024, 4096, 16384, 65536, 262144, 2 ** 20, 2 ** 21, 2 ** 22, 6 * 2 ** 20, 7.5 * 2 ** 20,
+           2 ** 23, 12 * 2 ** 20, 2 ** 24)
+_LARGE_NUMELS = (2 ** 24, 24 * 2 ** 20, 2 ** 25, 2 ** 26)
+_WIDTHS = (1, 64, 256, 1024, 4096)
+_MAX_NUMEL = 2 ** 26
+
+
+def _shape(numel: float, width: int) -> dict[str, int]:
+    n = int(min(width, numel))
+    return {"M": int(numel) // n, "N": n}
+
+
+def _ladder(numels: tuple[float, ...], widths: tuple[int, ...], per_size: int) -> list[dict[str, int]]:
+    """``per_size`` distinct shapes [M, N] of each element count (fewer when it has fewer), the widths N taken in
+    turn from ``widths``."""
+    out: list[dict[str, int]] = []
+    for i, numel in enumerate(numels):
+        shapes = [_shape(numel, widths[(i + 2 * j) % len(widths)]) for j in range(len(widths))]
+        distinct = [s for k, s in enumerate(shapes) if s not in shapes[:k]]
+        out.extend(distinct[:per_size])
+    return out
+
+
+def _draw(rng: np.random.Generator) -> dict[str, int]:
+    """A random shape: log-uniform element count in [1, 2^26], width from _WIDTHS."""
+    numel = int(round(math.exp(rng.uniform(0.0, math.log(_MAX_NUMEL)))))
+    return _shape(max(numel, 1), int(rng.choice(_WIDTHS)))
+
+
+def _tensors(p: dict[str, Any], ctx: BuildContext, count: int) -> list[torch.Tensor]:
+    """``count`` distinct seeded U(-1, 1) tensors [M, N]."""
+    return [replace(ctx, seed=ctx.seed + k).rand(p["M"], p["N"]) for k in range(count)]
+
+
+def _alternating(*values: float) -> Callable[[], float]:
+    """The next of ``values`` at every call (in-place updates that undo each other keep the values bounded)."""
+    cycle = itertools.cycle(values)
+    return lambda: next(cycle)
+
+
+def _sqrt(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Callable[[], torch.Tensor]:
+    x.abs_()  # Adam takes the root of the (non-negative) second moment
+    return lambda: torch.sqrt(x)
+
+
+def _div(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Callable[[], torch.Tensor]:
+    return lambda: torch.div(x, 3.0)
+
+
+def _add_(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Callable[[], torch.Tensor]:
+    alpha = _alternating(1.0, -1.0)  # x + y, then x - y: back to x
+    return lambda: x.add_(y, alpha=alpha())
+
+
+def _mul_(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Callable[[], torch.Tensor]:
+    factor = _alternating(2.0, 0.5)  # exact in binary floating point: x is restored every second call
+    return lambda: x.mul_(factor())
+
+
+def _div_(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Callable[[], torch.Tensor]:
+    divisor = _alternating(2.0, 0.5)
+    return lambda: x.div_(divisor())
+
+
+def _lerp_(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Callable[[], torch.Tensor]:
+    return lambda: x.lerp_(y, 0.1)  # Adam's first moment (weight 1 - beta1): converges to the fixed y
+
+
+def _addcmul_(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Callable[[], torch.Tensor]:
+    value = _alternating(1e-3, -1e-3)
+    return lambda: x.addcmul_(y, z, value=value())
+
+
+def _addcdiv_(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Callable[[], torch.Tensor]:
+    z.abs_().add_(0.5)  # a denominator away from zero, like sqrt(v) + eps
+    value = _alternating(1e-3, -1e-3)
+    return lambda: x.addcdiv_(y, z, value=value())
+
+
+def _zero_(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Callable[[], torch.Tensor]:
+    return x.zero_
+
+
+def _fill_(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> Callable[[], torch.Tensor]:
+    return lambda: x.fill_(0.5)
+
+
+# name -> (callable maker from up to three tensors, tensors used, flops per element, accesses per element,
+# whether it allocates its output)
+OPTIMIZER_OPS: dict[str, tuple[Callable[..., Callable[[], torch.Tensor]], int, float, float, bool]] = {
+    "sqrt": (_sqrt, 1, 1, 2, True), "div": (_div, 1, 1, 2, True),
+    "add_": (_add_, 2, 1, 3, False), "mul_": (_mul_, 1, 1, 2, False), "div_": (_div_, 1, 1, 2, False),
+    "lerp_": (_lerp_, 2, 3, 3, False), "addcmul_": (_addcmul_, 3, 3, 4, False),
+    "addcdiv_": (_addcdiv_, 3, 3, 4, False), "zero_": (_zero_, 1, 0, 1, False), "fill_": (_fill_, 1, 0, 1, False),
+}
+
+
+def _optimizer_builder(make: Callable[..., Callable[[], torch.Tensor]], count: int
+                       ) -> Callable[[dict[str, Any], BuildContext], Built]:
+    def build(p: dict[str, Any], ctx: BuildContext) -> Built:
+        tensors = _tensors(p, ctx, count)
+        x, y, z = (tensors + [tensors[0]] * 2)[:3]
+        return Built(make(x, y, z), None, p, keep=tuple(tensors))
+    return build
+
+
+_OPTIMIZER_CONFIGS = listed_configs(_ladder(_NUMELS, _WIDTHS, 2), _ladder(_LARGE_NUMELS, (256, 4096), 2), _draw)
+for _name, (_make, _count, _flops, _accesses, _allocates) in OPTIMIZER_OPS.items():
+    register(OpSpec(
+        name=_name, family="elementwise", model="roofline", default_count=ROOFLINE_COUNT, passes=("fwd",),
+        axes=(Axis("M", (), (), 1, _MAX_NUMEL), Axis("N", (), (), 1, 16384)),
+        build=_optimizer_builder(_make, _count), make_configs=_OPTIMIZER_CONFIGS,
+        flops=lambda p, f=_flops: f * p["M"] * p["N"],
+        bytes_moved=lambda p, a=_accesses: 4.0 * a * p["M"] * p["N"],
+        memory=lambda p, c=_count, out=_allocates: 4.0 * (c + int(out)) * p["M"] * p["N"]))

@@ -9,7 +9,7 @@ to embedding_batch_stats (see ``Built.stats``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -26,13 +26,36 @@ DEFAULT_COUNT = 320
 LARGE_COUNT = 60
 _CONFIG_KEYS = {"B", "E", "D", "L", "sources", "seed", "optimizer"}
 
-# (B choices, T range, E range, D choices, L range, bound on estimated µs, bound on table bytes)
+
+class Ranges(NamedTuple):
+    """Where one stratum of embedding configs is drawn: batch sizes, table count, rows per table (log-uniform),
+    dims, target pooling (light below HEAVY_POOLING, heavy above), the bound on the estimated forward µs and the
+    bounds on the tables' total bytes (fp32)."""
+
+    batch: tuple[int, ...]
+    tables: tuple[int, int]
+    rows: tuple[int, int]
+    dims: tuple[int, ...]
+    pooling: tuple[float, float]
+    bound_us: float
+    max_table_bytes: float
+    min_table_bytes: float = 0.0
+
+
 _RANGES = {
-    "default": ((64, 128, 256, 512, 1024, 2048), (1, 8), (1_000, 500_000), (8, 16, 32, 64, 128), (1.0, 100.0),
-                2_000.0, 32 * 2 ** 20),
-    "large": ((1024, 2048, 4096, 8192), (4, 32), (100_000, 10_000_000), (32, 64, 128, 256), (1.0, 200.0),
-              400_000.0, 8 * 2 ** 30),
+    "default": Ranges((64, 128, 256, 512, 1024, 2048), (1, 8), (1_000, 500_000), (8, 16, 32, 64, 128), (1.0, 100.0),
+                      2_000.0, 32 * 2 ** 20),
+    # tables above the last-level cache, as big as the DLRM presets' (dlrm_default: 8 x 200k x 64, 410 MB;
+    # dlrm_ddp: 8 x 80k x 128, 328 MB) and the generated tasks' tables on one rank (up to 1e6 rows each)
+    "big": Ranges((128, 256, 512, 1024), (1, 16), (50_000, 1_000_000), (32, 64, 128), (1.0, 100.0),
+                  4_000.0, 1 * 2 ** 30, 64 * 2 ** 20),
+    "large": Ranges((1024, 2048, 4096, 8192), (4, 32), (100_000, 10_000_000), (32, 64, 128, 256), (1.0, 200.0),
+                    400_000.0, 8 * 2 ** 30),
 }
+# the default sweep: DEFAULT_COUNT configs of the 'default' stratum (unchanged, so stores measured before keep
+# them) plus BIG_COUNT of the 'big' one, each stratum from its own fixed seed
+BIG_COUNT = 40
+_SEEDS = {"default": 20240, "large": 20241, "big": 20242}
 
 
 def default_sources() -> list[str]:
@@ -56,45 +79,61 @@ def _bytes_moved(c: dict[str, Any]) -> float:
 
 
 def _memory(c: dict[str, Any]) -> float:
-    tables = 4.0 * float(np.dot(c["E"], c["D"]))
+    tables = table_bytes(c)
     state = tables if c.get("optimizer", "exact_sgd") == "exact_adagrad" else 0.0
     return tables + state + 3 * _bytes_moved(c)
 
 
-def _draw(rng: np.random.Generator, which: str, sources: list[str], seed: int, optimizer: str) -> dict[str, Any]:
-    b_choices, (t_lo, t_hi), (e_lo, e_hi), d_choices, (l_lo, l_hi), _, _ = _RANGES[which]
+def _draw(rng: np.random.Generator, ranges: Ranges, sources: list[str], seed: int, optimizer: str
+          ) -> dict[str, Any]:
+    (t_lo, t_hi), (e_lo, e_hi), (l_lo, l_hi) = ranges.tables, ranges.rows, ranges.pooling
     tables = int(rng.integers(t_lo, t_hi + 1))
     heavy = rng.random(tables) < 0.5
     light_l = np.exp(rng.uniform(np.log(l_lo), np.log(HEAVY_POOLING), tables))
     heavy_l = np.exp(rng.uniform(np.log(HEAVY_POOLING), np.log(l_hi), tables))
-    return {"B": int(rng.choice(b_choices)),
+    return {"B": int(rng.choice(ranges.batch)),
             "E": [int(round(np.exp(v))) for v in rng.uniform(np.log(e_lo), np.log(e_hi), tables)],
-            "D": [int(rng.choice(d_choices)) for _ in range(tables)],
+            "D": [int(rng.choice(ranges.dims)) for _ in range(tables)],
             "L": [round(float(v), 2) for v in np.where(heavy, heavy_l, light_l)],
             "sources": [sources[int(rng.integers(len(sources)))] for _ in range(tables)],
             "seed": seed, "optimizer": optimizer}
 
 
-def _fits(spec: OpSpec, c: dict[str, Any], which: str) -> bool:
-    *_, bound_us, table_bytes = _RANGES[which]
-    return spec.estimate_us(c) <= bound_us and 4.0 * float(np.dot(c["E"], c["D"])) <= table_bytes
+def table_bytes(c: dict[str, Any]) -> float:
+    """Bytes of a config's fp32 tables."""
+    return 4.0 * float(np.dot(c["E"], c["D"]))
 
 
-def make_configs(spec: OpSpec, sweep: str, rng: np.random.Generator, sample: int, *,
-                 sources: list[str] | None = None, optimizer: str = "exact_sgd") -> list[dict[str, Any]]:
-    """Embedding configs: 'default'/'quick'/'large' draw from a fixed seed (the same configs every time, so a sweep
-    resumes), 'random' from ``rng``."""
-    sources = sources or default_sources()
-    which = "large" if sweep in ("large", "random") else "default"
-    count = {"default": DEFAULT_COUNT, "quick": QUICK_COUNT, "large": LARGE_COUNT}.get(sweep, sample)
-    draw_rng = rng if sweep == "random" else np.random.default_rng(20240 + (sweep == "large"))
+def _fits(spec: OpSpec, c: dict[str, Any], ranges: Ranges) -> bool:
+    return (spec.estimate_us(c) <= ranges.bound_us
+            and ranges.min_table_bytes <= table_bytes(c) <= ranges.max_table_bytes)
+
+
+def _stratum(spec: OpSpec, which: str, count: int, rng: np.random.Generator, sources: list[str],
+             optimizer: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     attempts = 0
     while len(out) < count and attempts < 200 * max(count, 1):
         attempts += 1
-        config = _draw(draw_rng, which, sources, seed=attempts, optimizer=optimizer)
-        if _fits(spec, config, which):
+        config = _draw(rng, _RANGES[which], sources, seed=attempts, optimizer=optimizer)
+        if _fits(spec, config, _RANGES[which]):
             out.append(config)
+    return out
+
+
+def make_configs(spec: OpSpec, sweep: str, rng: np.random.Generator, sample: int, *,
+                 sources: list[str] | None = None, optimizer: str = "exact_sgd") -> list[dict[str, Any]]:
+    """Embedding configs: 'default' (the default stratum plus BIG_COUNT configs with tables above the cache),
+    'quick' and 'large' draw from fixed seeds (the same configs every time, so a sweep resumes), 'random' from
+    ``rng`` within the large ranges."""
+    sources = sources or default_sources()
+    if sweep == "random":
+        return _stratum(spec, "large", sample, rng, sources, optimizer)
+    which = "large" if sweep == "large" else "default"
+    count = {"default": DEFAULT_COUNT, "quick": QUICK_COUNT, "large": LARGE_COUNT}[sweep]
+    out = _stratum(spec, which, count, np.random.default_rng(_SEEDS[which]), sources, optimizer)
+    if sweep == "default":
+        out += _stratum(spec, "big", BIG_COUNT, np.random.default_rng(_SEEDS["big"]), sources, optimizer)
     return out
 
 
@@ -149,7 +188,18 @@ def build(c: dict[str, Any], ctx: BuildContext) -> Built:
     def bwd() -> None:
         out.backward(grad, retain_graph=True)
 
-    return Built(lambda: lookup(indices, offsets), bwd, params, stats, keep=(lookup, out, grad, indices, offsets))
+    return Built(lambda: lookup(indices, offsets), bwd, params, stats, keep=(lookup, out, grad, indices, offsets),
+                 release=lambda: release_optimizers(lookup))
+
+
+def release_optimizers(lookup: torch.nn.Module) -> None:
+    """Empty the per-table optimizers of a torch EmbeddingBag lookup. Each table's weight holds a post-accumulate
+    -grad hook whose closure holds its optimizer, which holds the weight: a cycle through a tensor that Python's
+    garbage collector never frees, so without this every measured table stayed in memory (RSS grew by the table
+    size per config). FBGEMM lookups have no such optimizers; nothing to do for them."""
+    for opt in getattr(lookup.inner, "_optimizers", ()):
+        opt.state.clear()
+        opt.param_groups.clear()
 
 
 register(OpSpec(

@@ -13,20 +13,21 @@ import itertools
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 import torch
 
 from pmdb.errors import PmdbError
 
-FAMILY_MODULES = ("gemm", "conv", "norm", "elementwise", "memory", "embedding")
+FAMILY_MODULES = ("gemm", "conv", "norm", "elementwise", "memory", "embedding", "embedding_dense")
 SWEEPS = ("default", "large", "random", "quick")
 QUICK_COUNT = 12
 DEFAULT_BOUND_US = 2_000.0     # estimated forward time bound of the default grid
 LARGE_BOUND_US = 400_000.0     # ... of the large grid and random samples
 NOMINAL_FLOPS = 1e11           # FLOP/s and bytes/s used only to estimate times for the bounds above
 NOMINAL_BYTES = 1e10
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,15 @@ class BuildContext:
 @dataclass
 class Built:
     """A built config: ``fwd()`` and ``bwd()`` run one pass; ``params`` are the stored features (numbers only);
-    ``stats`` per-table embedding statistics (embedding lookups only)."""
+    ``stats`` per-table embedding statistics (embedding lookups only); ``release()`` (optional) breaks reference
+    cycles the garbage collector cannot free, so that the config's tensors go as soon as the sweep drops it."""
 
     fwd: Callable[[], Any]
     bwd: Callable[[], Any] | None
     params: dict[str, Any]
     stats: list[dict[str, Any]] | None = None
     keep: tuple = ()
+    release: Callable[[], None] | None = None
 
 
 def autograd_pair(forward: Callable[[], torch.Tensor], inputs: Sequence[torch.Tensor], params: dict[str, Any],
@@ -216,8 +219,8 @@ def canonical(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-def thin(configs: list[dict[str, Any]], limit: int, seed: int = 0) -> list[dict[str, Any]]:
-    """At most ``limit`` configs, chosen with a fixed seed, in their original order."""
+def thin(configs: list[T], limit: int, seed: int = 0) -> list[T]:
+    """At most ``limit`` configs (or any items), chosen with a fixed seed, in their original order."""
     if len(configs) <= limit:
         return configs
     keep = np.sort(np.random.default_rng(seed).choice(len(configs), size=limit, replace=False))

@@ -4,6 +4,7 @@ For every op (and implementation) the configs of the chosen sweep are planned; c
 platform in a completed run (same config_key and cache state) are skipped unless ``force``. Each remaining config
 is built once and timed per pass and cache state; rows go to the store in batches as the sweep runs. A config over
 the memory cap, or one that runs out of memory, is stored as skipped with its reason and the sweep goes on.
+Instead of a sweep, ``SweepOptions.targets`` (``--from-traces``) gives the configs, passes and implementations.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import re
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -24,8 +25,12 @@ from collectors.ops.registry import BuildContext, OpSpec, canonical, thin
 from collectors.ops.summary import SweepSummary
 from collectors.ops.timer import CacheFlusher, TimerSettings, measure, timing_environment
 from collectors.ops.writer import BatchWriter
+from collectors.workloads.allocator import apply_in_process
 from pmdb.errors import PmdbError
 from pmdb.store import Run, Store
+
+if TYPE_CHECKING:
+    from collectors.ops.from_traces import Target
 
 PASSES = {"fwd": ("fwd",), "bwd": ("bwd",), "both": ("fwd", "bwd")}
 CACHES = {"warm": ("warm",), "cold": ("cold",), "both": ("warm", "cold")}
@@ -80,6 +85,7 @@ class SweepOptions:
     optimizer: str = "exact_sgd"
     lr: float = 0.01
     configs: list[dict[str, Any]] | None = None
+    targets: list[Target] | None = None  # --from-traces: the traced shapes (collectors.ops.from_traces)
     dtype: str = "float32"
     settings: TimerSettings = field(default_factory=TimerSettings)
     flush_every_s: float = 5.0
@@ -101,6 +107,8 @@ class SweepOptions:
             raise PmdbError("bad --budget-minutes: must be > 0")
         if self.configs and (not self.ops or len(self.ops) != 1):
             raise PmdbError("--config needs exactly one --op")
+        if self.configs and self.targets is not None:
+            raise PmdbError("--config and --from-traces exclude each other")
 
 
 @dataclass
@@ -130,22 +138,36 @@ def _device(store: Store, platform: str) -> torch.device:
     return torch.device("cpu")
 
 
-def _op_configs(spec: OpSpec, options: SweepOptions, rng: np.random.Generator) -> list[dict[str, Any]]:
+def _op_configs(spec: OpSpec, options: SweepOptions, rng: np.random.Generator
+                ) -> list[tuple[dict[str, Any], tuple[str, ...] | None, tuple[str, ...]]]:
+    """(config, passes or None for all, implementations) of one op: --config, the traced targets or its sweep
+    (the last two thinned to --max-configs)."""
     extra = {"sources": options.sources, "optimizer": options.optimizer} if spec.make_configs else {}
-    if options.configs:
-        return [spec.check(c, **extra) for c in options.configs]
-    configs = spec.configs(options.sweep, rng, options.sample, **extra)
-    return thin(configs, options.max_configs, options.seed) if options.max_configs else configs
+    if options.targets is not None:
+        wanted = [(t.config, t.passes, t.implementations or spec.implementations) for t in options.targets
+                  if t.op == spec.name]
+    elif options.configs:
+        return [(spec.check(c, **extra), None, spec.implementations) for c in options.configs]
+    else:
+        wanted = [(c, None, spec.implementations) for c in spec.configs(options.sweep, rng, options.sample, **extra)]
+    return thin(wanted, options.max_configs, options.seed) if options.max_configs else wanted
 
 
 def plan(store: Store, platform: str, options: SweepOptions, device: torch.device) -> tuple[list[Item], int]:
-    """Items still to measure and how many configs were already measured (skipped for resume)."""
+    """Items still to measure and how many configs were already measured (skipped for resume).
+
+    On a CPU the items run largest memory first. glibc serves a request above its mmap threshold (32 MiB) from a free
+    heap chunk when one is big enough, without page faults; small configs freed earlier coalesce into such chunks, so
+    a big allocating op (Adam's sqrt of a 51 MB parameter) measured 5x faster after them than in a fresh process or
+    inside a training step. Largest first, every big allocation meets a heap that small frees have not grown yet."""
     specs = registry.load()
     names = options.ops or list(specs)
+    if options.targets is not None:
+        names = [n for n in names if any(t.op == n for t in options.targets)]
     for name in names:
         registry.get(name)
     caches = ("device",) if device.type == "cuda" else CACHES[options.cache]
-    threads = torch.get_num_threads()
+    threads = options.threads or torch.get_num_threads()  # what the sweep will run with (it sets options.threads)
     items, resumed = [], 0
     for name in names:
         spec = specs[name]
@@ -156,14 +178,19 @@ def plan(store: Store, platform: str, options: SweepOptions, device: torch.devic
         done = set() if options.force else set(store.conn.execute(
             "SELECT DISTINCT config_key, cache_state FROM v_op_measurements WHERE platform = ? AND op = ?",
             [platform, name]).fetchall())
-        for config in _op_configs(spec, options, rng):
-            for implementation in spec.implementations:
-                keys = {p: config_key(name, p, implementation, options.dtype, threads, config) for p in passes}
-                todo = [(p, c) for p in passes for c in caches if (keys[p], c) not in done]
+        for config, only, implementations in _op_configs(spec, options, rng):
+            chosen = [p for p in passes if only is None or p in only]
+            if not chosen:
+                continue
+            for implementation in implementations:
+                keys = {p: config_key(name, p, implementation, options.dtype, threads, config) for p in chosen}
+                todo = [(p, c) for p in chosen for c in caches if (keys[p], c) not in done]
                 if todo:
                     items.append(Item(spec, implementation, config, keys, todo))
                 else:
                     resumed += 1
+    if device.type == "cpu":
+        items.sort(key=lambda item: -item.spec.memory(item.config))  # stable: the plan's order among equals
     return items, resumed
 
 
@@ -182,6 +209,8 @@ class Sweep:
             torch.set_num_threads(options.threads)
         self.store, self.run, self.platform, self.options = store, run, platform, options
         self.device = _device(store, platform)
+        if self.device.type == "cpu":
+            apply_in_process()  # the glibc malloc settings the workloads' ranks run under (timed the same way)
         self.writer = BatchWriter(store, run.run_id, options.flush_every_s)
         self.summary = SweepSummary(options.sweep, self.device.type, timing_environment(),
                                     options.settings.as_dict(), options.memory_cap)
@@ -209,6 +238,7 @@ class Sweep:
             return
         todo = list(item.todo)
         warmed: set[str] = set()
+        built = None
         try:
             built = item.spec.build(item.config, ctx)
             while todo:
@@ -230,6 +260,8 @@ class Sweep:
                                    f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}",
                        kind)
         finally:
+            if built is not None and built.release is not None:
+                built.release()
             built = None  # noqa: F841 - free the tensors before the next config
 
     def execute(self, progress: bool = True) -> dict[str, Any]:

@@ -3,7 +3,12 @@
 CPU: a monotonic clock (``perf_counter_ns``) around each call, after untimed warm-up calls, repeated until a
 minimum measured time and repetition count are reached. *warm* repeats back to back (caches hold the operands);
 *cold* streams a buffer larger than the last-level cache before every repetition, so each call finds its operands
-in memory, as inside a training step (the dispatch path is re-warmed: see CacheFlusher). CUDA: events around each call with synchronisation ('device').
+in memory, as inside a training step (the dispatch path is re-warmed: see CacheFlusher). On a CPU a repetition's time
+includes releasing what the op returned: a buffer above glibc's mmap threshold (32 MiB under pmdb's allocator
+settings) is page-faulted in by the op and unmapped when freed, milliseconds for tens of MiB that a training step pays
+too (measured in a gpt2 step: 5.6 ms gaps after freeing Adam's 51 MB temporaries). Every allocation of a step is
+freed once, so charging the release to the op that allocated keeps the step's total. CUDA: events around each call
+with synchronisation ('device').
 All times are microseconds.
 """
 from __future__ import annotations
@@ -23,15 +28,19 @@ DEFAULT_FLUSH_BYTES = 64 * 2 ** 20  # > the 32 MiB LLC here; environment.md: ~64
 
 @dataclass(frozen=True)
 class TimerSettings:
-    """Repetition policy. ``min_time_us``: stop once the timed calls add up to this (and ``min_reps`` are done)."""
+    """Repetition policy. ``min_time_us``: stop once the timed calls add up to this (and ``min_reps`` are done).
+
+    At least 5 repetitions in either cache state, so that one preemption by a noisy neighbour (this is a shared VM:
+    7% steal time when idle) cannot become the median; with 3 cold repetitions 8-10% of stored medians were more
+    than twice their fastest repetition."""
 
     warmup: int = 1
-    min_reps: int = 3
+    min_reps: int = 5
     max_reps: int = 200
-    min_time_us: float = 3_000.0
-    cold_min_reps: int = 3
-    cold_max_reps: int = 6
-    cold_min_time_us: float = 1_000.0
+    min_time_us: float = 5_000.0
+    cold_min_reps: int = 5
+    cold_max_reps: int = 9
+    cold_min_time_us: float = 3_000.0
     flush_bytes: int = DEFAULT_FLUSH_BYTES
 
     def as_dict(self) -> dict[str, Any]:
@@ -108,8 +117,8 @@ def time_cpu(fn: Callable[[], Any], settings: TimerSettings, flusher: CacheFlush
             flusher.flush()
         start = clock()
         out = fn()
+        del out  # released inside the timed span: see the module docstring
         elapsed = (clock() - start) / 1e3
-        del out
         samples.append(elapsed)
         total += elapsed
     return Timing.from_samples(samples, warmup)

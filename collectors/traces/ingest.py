@@ -5,7 +5,8 @@ become rows: Kineto CPU events -> ``trace_ops`` (op_id = start order), device ev
 iterations -> ``trace_iterations``; ET nodes -> ``trace_ops`` (op_id = node id) carrying the timing, thread,
 category and parent of their linked Kineto op (see :mod:`collectors.traces.link`). The Kineto rows keep their own
 timing: they are what overheads are extracted from. ``trace_sets.measured_us`` is the median over the trace's
-complete iterations of the slowest rank's iteration time (the trace's own, profiled, ground truth).
+complete iterations of the iteration's time over all ranks, from the last rank's entry to the last rank's exit
+(the trace's own, profiled, ground truth).
 
 Every file of a call is parsed before anything is written, so a malformed file leaves the store untouched.
 """
@@ -20,6 +21,7 @@ from tqdm import tqdm
 
 from collectors.traces.et import EtTrace, parse_et
 from collectors.traces.files import TraceFile, read_trace_file, store_artifact
+from collectors.traces.iterations import aligned_iteration_us
 from collectors.traces.kineto import KinetoTrace, parse_kineto
 from collectors.traces.link import Link, combine, link
 from pmdb.errors import PmdbError
@@ -174,13 +176,15 @@ def _store_rank(store: Store, run_id: str, set_id: int, item: _Parsed, platform:
 
 
 def update_measured(store: Store, trace_set_id: int) -> float | None:
-    """Set trace_sets.measured_us: median over iterations of the max over ranks (iterations aligned by position)."""
-    frame = store.query("SELECT t.rank, i.dur_us FROM trace_iterations i JOIN traces t USING (trace_id) "
+    """Set trace_sets.measured_us: median over iterations (aligned by position) of the iteration's time over all ranks
+    (:func:`~collectors.traces.iterations.aligned_iteration_us`)."""
+    frame = store.query("SELECT t.rank, i.start_us, i.dur_us FROM trace_iterations i JOIN traces t USING (trace_id) "
                         "JOIN collection_runs r ON r.run_id = t.run_id "
                         "WHERE t.trace_set_id = ? AND t.kind = 'kineto' AND r.status IN ('completed', 'running') "
                         "ORDER BY t.rank, i.iteration", [trace_set_id])
-    per_rank = [g["dur_us"].tolist() for _, g in frame.groupby("rank")]
-    count = min((len(d) for d in per_rank), default=0)
-    measured = statistics.median(max(d[i] for d in per_rank) for i in range(count)) if count else None
+    per_rank = [(g["start_us"].tolist(), g["dur_us"].tolist()) for _, g in frame.groupby("rank")]
+    count = min((len(d) for _, d in per_rank), default=0)
+    measured = statistics.median(aligned_iteration_us([s[i] for s, _ in per_rank], [d[i] for _, d in per_rank])
+                                 for i in range(count)) if count else None
     store.conn.execute("UPDATE trace_sets SET measured_us = ? WHERE trace_set_id = ?", [measured, trace_set_id])
     return measured

@@ -1,8 +1,9 @@
 """Iteration boundaries of a trace, from the markers of ``common.json`` (first one present wins):
 
 * ``span`` markers (``ProfilerStep#N``): each marker event is one iteration; an op belongs to the last marker that
-  started at or before it (Kineto: by start time, the last marker only until its end; ET: by node id, the last
-  marker only up to the last id of its subtree).
+  started at or before it, and only while that marker lasts (Kineto: the op starts at or before the marker's end;
+  ET: its node id is at most the last id of the marker's subtree). Ops outside every marker (before the first,
+  between two markers, after the last) belong to no iteration (NaN).
 * ``period_end`` markers (``Optimizer.step#...``): iteration k ends where the k-th marker ends. Ops up to the first
   marker's end are iteration 0, between the ends of markers k-1 and k iteration k, after the last one iteration n.
   Only the periods between two marker ends are complete iterations (trace_iterations rows: 1..n-1).
@@ -40,8 +41,7 @@ def kineto_iterations(ops: pd.DataFrame) -> tuple[pd.Series, pd.DataFrame]:
     if mode == "span":
         idx = np.searchsorted(starts, op_start, side="right") - 1
         iteration = idx.astype(float)
-        iteration[idx < 0] = np.nan
-        iteration[(idx == len(starts) - 1) & (op_start > ends[-1])] = np.nan
+        iteration[(idx < 0) | (op_start > ends[np.maximum(idx, 0)])] = np.nan
         rows = pd.DataFrame({"iteration": np.arange(len(starts)), "start_us": starts,
                              "dur_us": markers["dur_us"].to_numpy(), "marker": markers["name"].to_numpy()})
         return pd.Series(iteration, index=ops.index), rows
@@ -65,9 +65,20 @@ def et_iterations(nodes: pd.DataFrame) -> tuple[pd.Series, int]:
         first = markers["op_id"].to_numpy()
         idx = np.searchsorted(first, ids, side="right") - 1
         iteration = idx.astype(float)
-        iteration[idx < 0] = np.nan
-        iteration[(idx == len(first) - 1) & (ids > markers["subtree_end"].to_numpy()[-1])] = np.nan
+        last = markers["subtree_end"].to_numpy()
+        iteration[(idx < 0) | (ids > last[np.maximum(idx, 0)])] = np.nan
         return pd.Series(iteration, index=nodes.index), len(first)
     bounds = np.sort(markers["subtree_end"].to_numpy())
     iteration = np.searchsorted(bounds, ids, side="left").astype(float)
     return pd.Series(iteration, index=nodes.index), max(len(bounds) - 1, 0)
+
+
+def aligned_iteration_us(starts: list[float], durations: list[float]) -> float:
+    """One iteration's time over all ranks (µs), from the moment the last rank entered it to the moment the last rank
+    left it. A rank that entered early spent the difference waiting for its peers at the first collective, outside
+    the step: the harness released the ranks at different times (the simulator starts them together). Spans that do
+    not all overlap come from clocks that are not comparable (other hosts): then the slowest rank's duration."""
+    ends = [s + d for s, d in zip(starts, durations)]
+    if not starts or max(starts) >= min(ends):
+        return float(max(durations, default=float("nan")))
+    return float(max(ends) - max(starts))

@@ -9,6 +9,8 @@ MALLOC_* environment wins. glibc reads these variables at process start, so they
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from typing import Any, Mapping
 
@@ -21,6 +23,31 @@ def allocator_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The MALLOC_* variables to start a timed process with: pmdb's defaults unless the environment sets them."""
     environ = os.environ if environ is None else environ
     return {key: environ.get(key, value) for key, value in DEFAULTS.items()}
+
+
+_MALLOPT = {"MALLOC_MMAP_THRESHOLD_": -3, "MALLOC_TRIM_THRESHOLD_": -1}  # glibc's M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+
+
+def apply_in_process(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Apply :func:`allocator_env` to the running process with glibc's ``mallopt`` (what an in-process timer such as
+    ``pmdb collect ops`` needs: it is not started by pmdb, so the environment variables came too late), and export
+    them so that the recorded environment says so. Returns what was applied ({} when glibc is not the allocator)."""
+    if os.environ.get("LD_PRELOAD"):
+        return {}
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt if name else None
+    except (OSError, AttributeError):
+        mallopt = None
+    if mallopt is None:
+        return {}
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    applied = {}
+    for key, value in allocator_env(environ).items():
+        if mallopt(_MALLOPT[key], min(int(value), 2**31 - 1)) == 1:
+            os.environ[key] = value
+            applied[key] = value
+    return applied
 
 
 def allocator_record(env: Mapping[str, str]) -> dict[str, Any]:

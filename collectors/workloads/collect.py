@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collectors.launch import RankFailed
 from collectors.workloads.allocator import allocator_env, allocator_record
 from collectors.workloads.dlrm_presets import DlrmConfig
-from collectors.workloads.runner import RankFailed, launch
+from collectors.workloads.runner import launch
 from collectors.workloads.store_rows import ensure_workload, write_ground_truth
 from collectors.workloads.transformer import TransformerConfig
 from collectors.workloads.worker import WorkloadJob, run_rank
@@ -64,7 +65,8 @@ def collect_workload(store: Store, platform: str, request: WorkloadRequest, args
                              rank_env={"OMP_NUM_THREADS": str(request.threads)}, log_dir=work,
                              timeout_s=request.timeout_s, progress=(request.name, job.total_steps))
         except RankFailed as exc:
-            raise RankFailed(exc.rank, f"{exc.message} (rank logs: {work})", exc.details) from None
+            raise RankFailed(exc.rank, f"{exc.message} (rank logs: {work})", exc.details,
+                             user_mistake=exc.user_mistake) from None
         run.summary = _store(store, run.run_id, platform, request, results,
                              allocator_record(results[0]["allocator_env"]))
         shutil.rmtree(work, ignore_errors=True)

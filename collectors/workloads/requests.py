@@ -19,13 +19,15 @@ DEFAULT_SHARDER = "size_lookup_greedy"  # the paper's choice for its E2E tests
 TASK_MLP_PRESET = "dlrm_test"
 
 
-def default_threads(world_size: int) -> int:
-    """Intra-op threads per rank: the usable cores shared evenly (at least 1)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, cores // world_size)
+def default_threads() -> int:
+    """Intra-op threads per rank: one, like the kernel microbenchmarks (``collect ops --threads``, default 1).
+
+    On a CPU platform the "device" of a rank is one core, so that the kernel models fitted on one-thread
+    microbenchmarks describe the ops of every world size; a run with another thread count is predicted with models of
+    the wrong device (``pmdb predict`` warns)."""
+    from collectors.ops.sweep import DEFAULT_THREADS
+
+    return DEFAULT_THREADS or 1
 
 
 def memory_bytes() -> int | None:
@@ -79,7 +81,7 @@ def _common(opts: dict[str, Any], world_size: int) -> dict[str, Any]:
         raise PmdbError("--threads must be >= 1")
     trace_iters = 0 if opts.get("no_trace") else min(opts.get("trace_iters", 3), opts.get("iters", 30))
     return {"iters": opts.get("iters", 30), "warmup": opts.get("warmup", 5), "seed": opts.get("seed", 0),
-            "threads": opts.get("threads") or default_threads(world_size), "trace_iters": trace_iters,
+            "threads": opts.get("threads") or default_threads(), "trace_iters": trace_iters,
             "timeout_s": opts.get("timeout_s"), "device": device_for(world_size)}
 
 

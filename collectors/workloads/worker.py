@@ -79,9 +79,9 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
+    from collectors.launch import tick
     from collectors.workloads.ground_truth import time_iterations
     from collectors.workloads.profile import et_pass, kineto_pass
-    from collectors.workloads.runner import tick
 
     started = time.perf_counter()
     torch.set_num_threads(job.threads)
@@ -120,6 +120,6 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
         out["wall_s"]["et_pass"] = et_pass(step, job.trace_warmup_ids, job.trace_ids, Path(out["et"]),
                                            barrier=before, sync=sync)
     if world_size > 1:  # every rank is past its last collective; the runner's exit skips teardown (no destroy:
-        dist.barrier()  # it can deadlock with DDP + all_to_all, see runner._rank_main)
+        dist.barrier()  # it can deadlock with DDP + all_to_all, see collectors.launch._rank_main)
     _KEEP.append(trainer)
     return out

@@ -54,8 +54,9 @@ def ops(ctx: typer.Context,
         op: List[str] = typer.Option([], "--op", help="Op to measure (repeatable; default: all). See --list."),
         pass_: str = typer.Option("both", "--pass", help="fwd, bwd or both (bwd includes the fused optimizer "
                                                          "for embedding lookups)."),
-        sweep: str = typer.Option("default", "--sweep", help="default (320 configs per ML-modelled op and "
-                                  "embedding implementation, about 32 per roofline op), large (big sizes), random "
+        sweep: str = typer.Option("default", "--sweep", help="default (320 configs per ML-modelled op, about 32 per "
+                                  "roofline op; per embedding implementation 320 plus 40 with tables above the "
+                                  "cache, up to 1 GiB), large (big sizes), random "
                                   "(seeded sample, see --sample) or quick (12 configs per op, for a fast first "
                                   "look, e.g. a quickstart)."),
         sample: Optional[int] = typer.Option(None, "--sample", help="Configs per op for --sweep random "
@@ -92,6 +93,14 @@ def ops(ctx: typer.Context,
                                       "backward: exact_sgd, exact_adagrad, exact_row_wise_adagrad (FBGEMM only)."),
         lr: float = typer.Option(0.01, "--lr", help="Learning rate of that optimizer."),
         peaks: bool = typer.Option(True, "--peaks/--no-peaks", help="Measure the platform's roofline peaks first."),
+        from_traces: bool = typer.Option(False, "--from-traces", help="Instead of a sweep, measure exactly the "
+                                         "op shapes of stored workload traces (default: every captured trace set "
+                                         "of the platform; only shapes are used, never the traced times). "
+                                         "Embedding tables come from the workload's stored statistics."),
+        from_run: Optional[str] = typer.Option(None, "--from-run", help="Only the trace sets this run stored "
+                                               "(implies --from-traces)."),
+        from_trace_set: Optional[int] = typer.Option(None, "--from-trace-set", help="Only this trace set, of any "
+                                                     "platform or source (implies --from-traces)."),
         list_: bool = typer.Option(False, "--list", help="List the ops and their sweep sizes, then exit."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
         ) -> None:
@@ -104,6 +113,9 @@ def ops(ctx: typer.Context,
         return
     if sample is not None and sweep != "random":
         raise PmdbError("--sample applies to --sweep random")
+    from_traces = from_traces or from_run is not None or from_trace_set is not None
+    if from_traces and sweep != "default":
+        raise PmdbError("--sweep does not apply to --from-traces (the traces give the configs)")
     from collectors.embedding.tbe import OPTIMIZERS
     if optimizer not in OPTIMIZERS:
         raise PmdbError(f"bad --optimizer {optimizer!r}: use {', '.join(OPTIMIZERS)}")
@@ -112,20 +124,43 @@ def ops(ctx: typer.Context,
         budget_s=None if budget_minutes is None else budget_minutes * 60.0, force=force, kernels=kernels,
         memory_cap=parse_bytes(memory_cap) if memory_cap else default_memory_cap(), cache=cache,
         max_configs=max_configs, threads=threads, sources=_sources(index_source, dataset), optimizer=optimizer,
-        lr=lr, configs=_configs(config))
+        lr=lr, configs=_configs(config), targets=[] if from_traces else None)
     options.validate()
     from collectors.ops import registry
     for name in options.ops or []:
         registry.get(name)
-    args = {k: v for k, v in vars(options).items() if k not in ("settings",)}
+    args = {k: v for k, v in vars(options).items() if k not in ("settings", "targets")}
+    if from_traces:
+        args.update(from_traces=True, from_run=from_run, from_trace_set=from_trace_set)
     with open_store(ctx) as store:
         name = platforms.register_local(store, platform)["name"]
+        if from_traces:
+            _targets(store, name, options, from_run, from_trace_set)
         with store.run("ops", name, args) as run:
             runner = Sweep(store, run, name, options)
             if peaks:
                 store_peaks(store, run.run_id, name, measure_peaks(runner.device))
             summary = runner.execute(progress=progress)
     _report(summary, run.run_id)
+
+
+def _targets(store, platform: str, options, from_run: Optional[str], from_trace_set: Optional[int]) -> None:
+    """Put the traced shapes into ``options.targets`` and print what was found, what is new, what was skipped."""
+    from collectors.ops.from_traces import select_trace_sets, shape_counts, traced_shapes
+    from collectors.ops.sweep import _device, plan
+
+    shapes = traced_shapes(store, select_trace_sets(store, platform, from_run, from_trace_set), options.ops,
+                           options.optimizer)
+    options.targets = shapes.targets
+    items, _ = plan(store, platform, options, _device(store, platform))
+    counts = shape_counts(shapes, items)
+    typer.echo(f"trace sets {', '.join(map(str, shapes.trace_sets)) or 'none'}: "
+               f"{sum(c['shapes'] for c in counts)} distinct op shapes, {sum(c['new'] for c in counts)} new, "
+               f"{sum(shapes.skipped.values())} skipped")
+    if counts:
+        render(pd.DataFrame(counts))
+    for reason, n in shapes.skipped.most_common(8):
+        typer.echo(f"  skipped {n}x: {reason}")
 
 
 def _report(summary: dict, run_id: str) -> None:

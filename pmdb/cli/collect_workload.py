@@ -28,7 +28,8 @@ def workload(
     sharding: Optional[Path] = typer.Option(None, help="DLRM: explicit plan, a JSON list of ranks (one per table)."),
     iters: int = typer.Option(30, help="Timed iterations of the ground truth."),
     warmup: int = typer.Option(5, help="Untimed warm-up iterations before them."),
-    threads: Optional[int] = typer.Option(None, help="Intra-op threads per rank (default: cores / world size)."),
+    threads: Optional[int] = typer.Option(None, help="Intra-op threads per rank (default 1, like the kernel "
+                                                  "microbenchmarks: a rank's CPU device is one core)."),
     platform: Optional[str] = PlatformOption,
     index_source: Optional[str] = typer.Option(None, "--index-source", help="DLRM index stream of every table: "
                                                "uniform, zipf:<a>, dataset:<file>[:<table>], locality:<stats>[:<entry>]."),

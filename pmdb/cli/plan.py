@@ -11,6 +11,7 @@ from pmdb.cli.common import open_store, render
 from pmdb.errors import PmdbError
 from planner import model as models
 from planner.candidates import STRATEGIES, framework as framework_preset
+from planner.registered import CHAMPION
 from planner.search import has_candidates
 from planner.study import calibration_for, display_frame, resolve_system, run_study, usage_text
 
@@ -58,7 +59,8 @@ def plan(ctx: typer.Context,
                                          help="With --system platform:NAME: where the fields not measured come from."),
          calibrated: bool = typer.Option(False, "--calibrated",
                                          help="With --system platform:NAME: time collectives from the platform's "
-                                              "measured curves and GEMMs/collectives from --model-dir models."),
+                                              "measured curves, then GEMMs/collectives from --model-dir models, "
+                                              "then from the platform's registered champion models."),
          model_dir: list[Path] = typer.Option([], "--model-dir",
                                               help="A fitted model directory (fitters' saved format) for calibrated "
                                                    "mode; repeat for several."),
@@ -82,7 +84,7 @@ def plan(ctx: typer.Context,
         calibration = None
         if calibrated or collectives_from or model_dir:
             source = platforms.resolve(store, collectives_from) if collectives_from else platform
-            calibration = calibration_for(store, source, model_dir)
+            calibration = calibration_for(store, source, model_dir, registry_alias=CHAMPION if calibrated else None)
         args = {"model": model, "gpus": gpus, "global_batch": global_batch, "system": system, "strategy": strategy,
                 "top": top, "workers": workers, "nvlink_domain": nvlink_domain, "framework": framework,
                 "calibrated": calibrated, "collectives_from": collectives_from,

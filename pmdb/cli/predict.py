@@ -11,6 +11,7 @@ from pmdb import platform as platforms
 from pmdb.cli.common import open_store, render
 from pmdb.errors import PmdbError
 from simulator import errors as error_tables
+from simulator.models import check_cache_state
 from simulator.predict import pending_runs, predict_and_store
 from simulator.records import Prediction
 
@@ -72,8 +73,7 @@ def predict(ctx: typer.Context,
     the measured time and the error, and store it with the model and overhead versions used."""
     if sum(x is not None and x is not False for x in (run_id, trace_set, all_ or None)) != 1:
         raise PmdbError("give exactly one of: a workload RUN_ID, --trace-set ID, --all")
-    if cache_state not in (None, "warm", "cold", "device", "blend"):
-        raise PmdbError(f"bad --cache-state {cache_state!r}: use warm, cold, device or blend")
+    check_cache_state(cache_state)
     options = dict(mode=mode, models=models, target_platform=target_platform, cache_state=cache_state,
                    overhead_version=overhead_version)
     with open_store(ctx) as store:
@@ -84,20 +84,22 @@ def predict(ctx: typer.Context,
                 typer.echo(f"every workload run of {platform} with a trace set is predicted with the current models")
                 return
             with store.run("predict", platform, {"all": True, **options}) as run:
-                rows = []
+                rows, warnings = [], []
                 for workload_run in todo:
                     pid, pred = predict_and_store(store, run.run_id, workload_run_id=workload_run, **options)
+                    warnings += [f"{workload_run}: {w}" for w in pred.warnings]
                     rows.append({"prediction_id": pid, "workload_run": workload_run, "trace_set": pred.trace_set_id,
                                  "predicted_ms": round(pred.predicted_us / 1000, 3),
                                  "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
                                  "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2)})
-                run.summary = {"predictions": len(rows)}
+                run.summary = {"predictions": len(rows), "warnings": warnings}
             render(pd.DataFrame(rows), fmt)
             return
         with store.run("predict", platform, {"run_id": run_id, "trace_set": trace_set, **options}) as run:
             pid, pred = predict_and_store(store, run.run_id, trace_set_id=trace_set, workload_run_id=run_id,
                                           **options)
-            run.summary = {"prediction_id": pid, "predicted_us": pred.predicted_us, "measured_us": pred.measured_us}
+            run.summary = {"prediction_id": pid, "predicted_us": pred.predicted_us, "measured_us": pred.measured_us,
+                           "warnings": list(pred.warnings)}
     _show(pid, pred, fmt)
 
 
@@ -113,6 +115,9 @@ def errors(ctx: typer.Context,
                                                                  "side-by-side (comma-separated) or all."),
            mode: Optional[str] = typer.Option(None, "--mode", help="Only predictions of this mode (model, replay)."),
            champions: bool = typer.Option(False, "--champions", help="Kernel errors of champion versions only."),
+           platform: Optional[str] = typer.Option(None, "--platform",
+                                                  help="Only predictions for this target platform and models of "
+                                                       "this platform (default: every platform)."),
            fmt: str = typer.Option("table", "--format", help="Output format: table, csv or json.")) -> None:
     """Kernel-model test errors and end-to-end prediction errors (geomean |e|, min, max, n), computed in SQL over
     completed runs (views v_kernel_model_errors, v_prediction_errors, v_e2e_errors)."""
@@ -123,10 +128,14 @@ def errors(ctx: typer.Context,
     if mode is not None and mode not in ("model", "replay"):
         raise PmdbError(f"bad --mode {mode!r}: use model or replay")
     with open_store(ctx, read_only=True) as store:
+        known = store.query("SELECT name FROM platforms ORDER BY name")["name"].tolist()
+        if platform is not None and platform not in known:
+            raise PmdbError(f"unknown platform {platform!r} (known: {', '.join(known) or 'none'})")
         tables = {
-            "e2e": ("end-to-end prediction errors (% of measured)", lambda: error_tables.e2e_errors(store, by, mode)),
+            "e2e": ("end-to-end prediction errors (% of measured)",
+                    lambda: error_tables.e2e_errors(store, by, mode, platform)),
             "kernel": ("kernel/collective model test errors (held-out split, %)",
-                       lambda: error_tables.kernel_errors(store, kernel_by, champions)),
+                       lambda: error_tables.kernel_errors(store, kernel_by, champions, platform)),
             "baseline": ("predictions beside the baseline (sum of kernel times per stream)",
                          lambda: error_tables.named(store, "prediction_vs_baseline")),
             "side-by-side": ("the same trace set predicted by two model-version sets",

@@ -42,6 +42,8 @@ def steps(report_dir: str) -> list[Step]:
         plan.append(Step(f"{arch}-ws1", ("collect", "workload", "transformer", "--arch", arch, *_TRANSFORMER),
                          f"{arch} training at world size 1"))
     plan += [
+        Step("ops-from-traces", ("collect", "ops", "--from-traces"),
+             "kernel microbenchmarks of the op shapes the recorded workloads contain (shapes only, no timings)"),
         Step("fit", ("fit", "--all", "--budget-minutes", "6"), "fit kernel and collective models (MLflow registry)"),
         Step("overheads", ("fit", "overheads"), "extract CPU overheads from the traces"),
         Step("predict", ("predict", "--all"), "predict every workload run from its traces"),

@@ -36,12 +36,15 @@ def shard(
     rounds: int = typer.Option(2, "--rounds", help="Ground truth: interleaved rounds over the plans."),
     iters: int = typer.Option(10, "--iters", help="Ground truth: timed iterations per plan and round."),
     warmup: int = typer.Option(3, "--warmup", help="Ground truth: untimed iterations before them."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="Intra-op threads per rank (default: cores / "
-                                          "world size)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Intra-op threads per rank (default 1, "
+                                          "like the kernel microbenchmarks)."),
     models: str = typer.Option("champion", "--models", help="Model versions: an alias (champion, latest) or a "
                                "version spec (name:version,...)."),
-    cache_state: Optional[str] = typer.Option(None, "--cache-state", help="Kernel models fitted on warm or cold "
-                                              "timings (default: the fitters' champions)."),
+    cache_state: Optional[str] = typer.Option(None, "--cache-state", help="Kernel models fitted on warm, cold or "
+                                              "device timings, or blend (warm and cold); default: per platform kind "
+                                              "(cold on CPUs, device on GPUs), as pmdb predict."),
+    overhead_version: Optional[int] = typer.Option(None, "--overhead-version", help="Overhead table version "
+                                                   "(default: the platform's latest)."),
     mlp_preset: str = typer.Option("dlrm_test", "--mlp-preset", help="MLP widths of tasks and bare tables files."),
     max_rows: int = typer.Option(100_000, "--max-rows", help="With --study: cap the rows E of every table."),
     dim: int = typer.Option(64, "--dim", help="With --study: embedding dimension D of every table."),
@@ -56,6 +59,7 @@ def shard(
     """Predict every sharding plan of a DLRM task without running it (per-rank traces derived from a recorded trace
     of the same structure, or from a one-iteration capture), rank the plans and store the study."""
     from shard.plans import parse_sharders, resolve_task
+    from simulator.models import check_cache_state
     from shard.runs import RunSettings
     from shard.study import StudySettings
 
@@ -64,7 +68,9 @@ def shard(
             raise PmdbError(f"{name} must be >= 1")
     if warmup < 0 or (threads is not None and threads < 1):
         raise PmdbError("--warmup must be >= 0 and --threads >= 1")
-    settings = StudySettings(tuple(parse_sharders(sharders)), tuple(plan), models, cache_state, None, validate,
+    check_cache_state(cache_state)
+    settings = StudySettings(tuple(parse_sharders(sharders)), tuple(plan), models, cache_state, overhead_version,
+                             validate,
                              RunSettings(iters, warmup, rounds, threads, seed, timeout))
     args = {k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if isinstance(v, list) else v)
             for k, v in ctx.params.items()}

@@ -60,12 +60,13 @@ def test_every_group_and_family_is_registered_with_a_champion(fitted):
     assert notes == []
     assert sorted(results["name"].unique()) == sorted([AR, EMB, FC])
     assert sorted(results.loc[results["name"] == FC, "family"]) == ["gbdt", "mlp", "roofline"]
+    assert sorted(results.loc[results["name"] == EMB, "family"]) == ["embedding_linear", "embedding_mlp"]
     with Store.open(ws, read_only=True) as store:
         versions = store.query("SELECT * FROM model_versions ORDER BY name, version")
         aliases = store.query("SELECT * FROM model_aliases")
         run = store.query("SELECT status, summary FROM collection_runs WHERE kind = 'fit'")
     assert run["status"].tolist() == ["completed"]
-    assert len(versions) == len(results) == 5
+    assert len(versions) == len(results) == 6
     client = registry.Registry(ws).client
     for name, rows in versions.groupby("name"):
         best = rows.loc[rows["test_gmae"].idxmin(), "version"]
@@ -105,8 +106,9 @@ def test_reload_by_alias_and_version_predicts_the_same(fitted):
             assert np.allclose(np.asarray(mlflow.pyfunc.load_model(f"models:/{FC}/{version}").predict(frame)), direct)
         registry.promote(store, reg, FC, ref.version)
     for name in (EMB, AR):
-        assert refs[name].family in ("embedding_mlp", "sigmoid")
-        assert reg.resolve_version(name, "champion") == refs[name].version == reg.resolve_version(name, "latest")
+        assert refs[name].family in ("embedding_linear", "embedding_mlp", "sigmoid")
+        assert reg.resolve_version(name, "champion") == refs[name].version
+    assert reg.resolve_version(AR, "champion") == reg.resolve_version(AR, "latest")  # one family, one version
     with Store.open(ws, read_only=True) as store:
         tables = next(g for g in data.kernel_groups(store, PLATFORM, ["embedding_lookup"])).params.head(7)
     emb = load_model(ws, EMB, refs[EMB].version).predict(tables)

@@ -88,9 +88,8 @@ def test_fitted_models_from_the_fitters(tmp_path, tiny, megatron_fw):
 
     gemm = uncalibrated("fully_connected", "fwd", "float16", {"gemm_flops": 150e12, "mem_bw": 1.2e12})
     collective = fit("all_reduce", 4, SIZES, _measured_us(SIZES))
-    dirs = {"pmdb.box.fully_connected.fwd": gemm.save(tmp_path / "gemm"),
-            "pmdb.box.all_reduce.ws4": collective.save(tmp_path / "ar4")}
-    models = FittedModels.from_loader(lambda name: load_dir(dirs[name]) if name in dirs else None, "box")
+    models = FittedModels(load_dir(gemm.save(tmp_path / "gemm")),
+                          {("all_reduce", 4): load_dir(collective.save(tmp_path / "ar4"))})
     assert isinstance(models, Calibration) and set(models.collectives) == {("all_reduce", 4)}
     M, N, K = np.array([1024.0]), np.array([4096.0]), np.array([1024.0])
     assert models.gemm_time(M, N, K, np.array([1.0]))[0] == pytest.approx(2 * 1024 * 4096 * 1024 / 150e12, rel=1e-6)
@@ -99,8 +98,6 @@ def test_fitted_models_from_the_fitters(tmp_path, tiny, megatron_fw):
     cands = Candidates.from_columns("1d", t1=[4], pp=[1], dp=[1], mb=[8], nmb=[1])
     result = evaluate(tiny, load("a100"), cands, megatron_fw, Calibrations(models))
     assert result.usage["gemm"].get("roofline", 0) == 0 and result.usage["gemm"]["calibrated"] > 0
-    with pytest.raises(PmdbError, match="no fitted GEMM or collective model"):
-        FittedModels.from_loader(lambda name: None, "box")
 
 
 def test_calibrated_cli(workspace, capsys):

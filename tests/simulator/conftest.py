@@ -13,8 +13,9 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # spawned ranks import sim_recording by name
 
 import sim_recording  # noqa: E402
+from sim_store import cpu_ranks, ingest  # noqa: E402
 
-from collectors.traces.ingest import RankTraces, ingest_trace_set  # noqa: E402
+from collectors.traces.ingest import RankTraces  # noqa: E402
 from pmdb import platform as platforms  # noqa: E402
 from pmdb.config import Workspace  # noqa: E402
 from pmdb.store import Store  # noqa: E402
@@ -34,17 +35,6 @@ def cpu_trace_files(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cpu_two_ranks")
     mp.spawn(sim_recording.rank_main, args=(2, _free_port(), str(out)), nprocs=2)
     return out
-
-
-def ingest(store: Store, platform: str, ranks: list[RankTraces], label: str, source: str,
-           workload_id: int | None = None) -> int:
-    with store.run("trace", platform, {"label": label}) as run:
-        return ingest_trace_set(store, run.run_id, platform, ranks, label=label, source=source,
-                                workload_id=workload_id)
-
-
-def cpu_ranks(directory: Path) -> list[RankTraces]:
-    return [RankTraces(r, directory / f"kineto_{r}.json", directory / f"et_{r}.json") for r in (0, 1)]
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from pmdb.cli.main import main
     (["errors", "--by", "colour"], "bad --by"),
     (["errors", "--what", "everything"], "bad --what"),
     (["errors", "--mode", "fast"], "bad --mode"),
+    (["errors", "--platform", "nowhere"], "unknown platform 'nowhere'"),
 ])
 def test_user_mistakes_are_one_line(workspace, capsys, args, message):
     code = main(["--home", str(workspace.home), *args])

@@ -157,3 +157,19 @@ def test_repeat_shifts_dependencies_to_their_own_iteration():
     # copy 1 ends at 133 (see test_intra_rank_sync_async_fig5); copy 2: collective 134..234, independent op
     # 134..164, its consumer waits for 234: 235..255, last op 256..266
     assert simulate([doubled], AsyncDevice()).predicted_us == pytest.approx(266)
+
+
+def test_own_collective_end_after_the_last_start_sync_host():
+    def rank(compute_us: float, own_us: float) -> list[TimedOp]:
+        return [_op((COMPUTE, compute_us, 0.0)),
+                _op((COMM, own_us, 0.0), is_collective=True, after_last_us=own_us),
+                _op((COMPUTE, 10.0, 0.0), waits_on=(1,))]
+    res = simulate([rank(100.0, 80.0), rank(300.0, 40.0)], SyncHost())
+    # the collective starts on the comm threads at 100 and 300: the last start is 300; each rank's own end is
+    # 300 + its own duration (380 and 340), not the slowest rank's; the consumers run 380..390 and 340..350
+    assert [r.comm_front_us for r in res.ranks] == pytest.approx([380, 340])
+    assert [r.predicted_us for r in res.ranks] == pytest.approx([390, 350])
+    # without own ends, both ranks end with the slowest: max(100 + 80, 300 + 40) = 340, consumers 340..350
+    res = simulate([[TimedOp(o.t1, o.t3, o.cpu_us, o.kernels, o.is_collective, o.waits_on) for o in p]
+                    for p in [rank(100.0, 80.0), rank(300.0, 40.0)]], SyncHost())
+    assert [r.predicted_us for r in res.ranks] == pytest.approx([350, 350])

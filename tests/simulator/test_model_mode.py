@@ -115,7 +115,7 @@ def test_model_mode_through_the_registry(cpu_trace_set):
 
 
 def test_predict_all_follows_the_champions(store, cpu_trace_files):
-    from conftest import cpu_ranks, ingest
+    from sim_store import cpu_ranks, ingest
     from pmdb import platform as platforms
 
     platform = platforms.resolve(store, None)

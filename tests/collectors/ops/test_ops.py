@@ -27,6 +27,9 @@ TINY = {
     "transpose": ({"B": 2, "M": 3, "N": 5}, (2, 5, 3)),
     "tril": ({"B": 2, "M": 5, "diag": 0}, (2, 10)),
     "embedding_lookup": ({"B": 8, "E": [50, 20], "D": [4, 8], "L": [3.0, 1.0]}, (8, 12)),
+    "embedding": ({"V": 50, "D": 8, "N": 12}, (12, 8)),
+    **{name: ({"M": 3, "N": 5}, (3, 5)) for name in ("sqrt", "div", "add_", "mul_", "div_", "lerp_", "addcmul_",
+                                                     "addcdiv_", "zero_", "fill_")},
 }
 FAST = TimerSettings(warmup=1, min_reps=2, max_reps=3, min_time_us=0, cold_min_reps=2, cold_max_reps=2)
 
@@ -79,6 +82,8 @@ def _first_input_shape(name, c):
         return (c["B"], c["M"], c["N"])
     if name == "tril":
         return (c["B"], c["M"], c["N"])
+    if name == "embedding":
+        return (c["V"], c["D"])
     return (c["M"], c["N"])
 
 

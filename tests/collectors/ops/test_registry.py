@@ -44,6 +44,25 @@ def test_embedding_default_configs_are_fixed_and_mix_heavy_and_light_tables():
     assert len({len(c["E"]) for c in a}) > 3  # varying table counts
 
 
+def test_default_embedding_sweep_covers_the_dlrm_presets_tables():
+    from collectors.ops.embedding import BIG_COUNT, DEFAULT_COUNT, table_bytes
+    from collectors.ops.sweep import default_memory_cap
+    from collectors.workloads.dlrm_presets import PRESETS
+
+    spec = registry.get("embedding_lookup")
+    configs = spec.configs("default", np.random.default_rng(0), 0)
+    assert len(configs) == DEFAULT_COUNT + BIG_COUNT and len(set(_keys(configs))) == len(configs)
+    small, big = configs[:DEFAULT_COUNT], configs[DEFAULT_COUNT:]
+    assert max(table_bytes(c) for c in small) <= 32 * 2 ** 20  # the first configs are those stores already hold
+    assert all(spec.memory(c) <= default_memory_cap() for c in big)
+    for preset in PRESETS.values():
+        rows = max(t.num_rows for t in preset.tables)
+        total = sum(4 * t.num_rows * t.dim for t in preset.tables)
+        assert any(max(c["E"]) >= rows for c in big), preset.name
+        assert max(table_bytes(c) for c in big) >= total, preset.name
+    assert sum(table_bytes(c) > 256 * 2 ** 20 for c in big) >= BIG_COUNT // 4
+
+
 def test_large_grid_is_larger():
     spec = registry.get("fully_connected")
     default = spec.configs("default", np.random.default_rng(0), 0)

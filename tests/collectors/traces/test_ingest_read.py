@@ -15,9 +15,10 @@ pytestmark = pytest.mark.slow  # spawns two gloo ranks once per session
 
 
 def _steps(path):
+    """(start, duration) of every ProfilerStep span of a Kineto file, in µs."""
     events = json.loads(path.read_text())["traceEvents"]
-    return [e["dur"] for e in sorted((e for e in events if e.get("ph") == "X"
-                                      and e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])]
+    return [(e["ts"], e["dur"]) for e in sorted((e for e in events if e.get("ph") == "X"
+                                                 and e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])]
 
 
 @pytest.fixture
@@ -36,7 +37,11 @@ def test_ranks_added_later_complete_the_set_and_its_ground_truth(store, gloo_tra
     per_rank = [_steps(gloo_traces / f"kineto_{r}.json") for r in (0, 1)]
     assert len(per_rank[0]) == len(per_rank[1]) == 3
     assert row["world_size"] == 2
-    assert row["measured_us"] == pytest.approx(statistics.median(max(a, b) for a, b in zip(*per_rank)))
+    # per step: from the last rank's entry to the last rank's exit (both ranks' spans overlap: one clock)
+    assert all(max(a[0], b[0]) < min(a[0] + a[1], b[0] + b[1]) for a, b in zip(*per_rank))
+    expected = statistics.median(max(a[0] + a[1], b[0] + b[1]) - max(a[0], b[0]) for a, b in zip(*per_rank))
+    assert row["measured_us"] == pytest.approx(expected)
+    assert row["measured_us"] <= statistics.median(max(a[1], b[1]) for a, b in zip(*per_rank)) + 1e-3
     assert store.scalar("SELECT count(DISTINCT run_id) FROM v_traces WHERE trace_set_id = ?", [gloo_set]) == 2
     with pytest.raises(PmdbError, match=r"already holds rank\(s\) \[1\]"):
         add_ranks(store, "unused", gloo_set, [RankTraces(1, gloo_traces / "kineto_1.json", None)])

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.workloads.runner import RankFailed, free_port, launch
+from collectors.launch import RankFailed, free_port
+from collectors.workloads.runner import launch
 
 pytestmark = pytest.mark.slow
 

@@ -140,7 +140,8 @@ def test_readme_gives_the_two_commands_and_makefile_has_them():
 
 def test_quickstart_lists_its_steps_and_refuses_unknown_ones(tmp_path):
     listed = pmdb(tmp_path / "fresh", "quickstart", "--list").stdout
-    for step in ("ops", "comms", "dlrm-ws1", "dlrm-ws2-naive", "gpt2-ws1", "bert-ws1", "xlnet-ws1", "fit", "predict"):
+    for step in ("ops", "comms", "dlrm-ws1", "dlrm-ws2-naive", "gpt2-ws1", "bert-ws1", "xlnet-ws1", "ops-from-traces",
+                 "fit", "predict"):
         assert step in listed
     assert_one_line_error(pmdb(tmp_path / "fresh", "quickstart", "--only", "nope", check=False), "unknown quickstart")
 

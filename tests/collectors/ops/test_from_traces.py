@@ -1,0 +1,115 @@
+"""`pmdb collect ops --from-traces`: the op shapes of a real tiny DLRM run's stored traces, measured in isolation."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from collectors.ops import registry
+from collectors.ops.from_traces import select_trace_sets, to_config, traced_shapes
+from collectors.workloads.collect import collect_workload
+from collectors.workloads.requests import dlrm_request
+from pmdb import platform as platforms
+from pmdb.cli.main import main
+from pmdb.config import Workspace
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+
+pytestmark = pytest.mark.slow
+
+# bottom MLP 16 -> 32 -> 8 (so linear shapes [B, 16] x [32, 16]^T), 3 tables of dim 8, batch 16
+TINY = {"name": "tiny_ops", "bottom_mlp": [16, 32, 8], "top_mlp": [16, 1], "batch_size": 16,
+        "tables": [{"num_rows": 1500, "pooling": 3}, {"num_rows": 400, "pooling": 1},
+                   {"num_rows": 3000, "pooling": 6, "index_source": "zipf:1.05"}]}
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory) -> tuple[Workspace, str]:
+    """A workspace holding one real world-size-1 DLRM run with its Kineto and execution traces (FBGEMM tables)."""
+    root = tmp_path_factory.mktemp("from_traces")
+    (root / "tiny.json").write_text(json.dumps(TINY))
+    ws = Workspace(root / "ws")
+    with Store.open(ws, create=True) as store:
+        platform = platforms.resolve(store, None)
+        request = dlrm_request(store, {"config": root / "tiny.json", "iters": 2, "warmup": 1, "trace_iters": 2,
+                                       "timeout_s": 180, "threads": 1})
+        collect_workload(store, platform, request, {})
+        run_id = store.scalar("SELECT run_id FROM trace_sets ORDER BY trace_set_id DESC LIMIT 1")
+    return ws, run_id
+
+
+@pytest.fixture
+def traced_copy(traced, tmp_path) -> tuple[Workspace, str]:
+    """A private copy of the traced workspace (each test may write its own measurements)."""
+    ws, run_id = traced
+    shutil.copytree(ws.home, tmp_path / "ws")
+    return Workspace(tmp_path / "ws"), run_id
+
+
+def test_traced_shapes_of_a_dlrm_step(traced):
+    ws, run_id = traced
+    with Store.open(ws) as store:
+        platform = platforms.resolve(store, None)
+        ids = select_trace_sets(store, platform)
+        assert ids == select_trace_sets(store, platform, run_id=run_id)
+        shapes = traced_shapes(store, ids)
+    pairs = {(t.op, p) for t in shapes.targets for p in t.passes}
+    assert {("fully_connected", "fwd"), ("fully_connected", "bwd"), ("embedding_lookup", "fwd"),
+            ("embedding_lookup", "bwd"), ("bmm", "fwd"), ("bmm", "bwd"), ("relu", "fwd")} <= pairs
+    fc = [t.config for t in shapes.targets if t.op == "fully_connected"]
+    assert {"B": 1, "M": 16, "N": 32, "K": 16} in fc and {"B": 1, "M": 16, "N": 8, "K": 32} in fc
+    embedding = [t for t in shapes.targets if t.op == "embedding_lookup"]
+    assert len(embedding) == 1 and embedding[0].implementations == ("fbgemm_tbe",)
+    config = embedding[0].config
+    assert config["B"] == 16 and config["E"] == [1500, 400, 3000] and config["D"] == [8, 8, 8]
+    assert config["sources"][2] == "zipf:1.05" and all(v > 0 for v in config["L"])
+    assert set(embedding[0].passes) == {"fwd", "bwd"}
+    assert shapes.found["fully_connected"] == len(fc)
+
+
+def test_to_config_rounds_and_refuses_what_the_spec_cannot_build():
+    assert to_config(registry.get("concat"), {"M": 16.0, "N": 7.6, "K": 3.0, "dim": 1}) == \
+        {"M": 16, "N": 8, "K": 3, "dim": 1}
+    conv = {"B": 2, "H": 10, "IC": 3, "OC": 4, "stride": 1, "dilation": 1, "FH": 3, "FW": 3, "pad": 0,
+            "is_depthwise": 0.0}
+    with pytest.raises(PmdbError, match="pad=0"):
+        to_config(registry.get("conv2d"), conv)
+    assert to_config(registry.get("conv2d"), {**conv, "pad": 1})["pad"] == 1
+    with pytest.raises(PmdbError, match="missing"):
+        to_config(registry.get("bmm"), {"M": 4.0, "N": 4.0})
+
+
+def test_cli_measures_the_traced_shapes_once(traced_copy, capsys):
+    ws, run_id = traced_copy
+    home = ["--home", str(ws.home), "collect", "ops", "--from-run", run_id, "--no-progress", "--no-peaks",
+            "--cache", "warm", "--op", "fully_connected", "--op", "relu", "--op", "embedding_lookup"]
+    assert main(home) == 0
+    out = capsys.readouterr().out
+    assert "distinct op shapes" in out and "embedding_lookup" in out
+    with Store.open(ws) as store:
+        rows = store.query("SELECT op, pass, implementation, params, median_us FROM op_measurements "
+                           "WHERE skipped IS NULL")
+        first = len(rows)
+        assert set(zip(rows["op"], rows["pass"])) == {(o, p) for o in ("fully_connected", "relu",
+                                                                         "embedding_lookup")
+                                                      for p in ("fwd", "bwd")}
+        assert set(rows.loc[rows["op"] == "embedding_lookup", "implementation"]) == {"fbgemm_tbe"}
+        fc = [json.loads(p) for p in rows.loc[rows["op"] == "fully_connected", "params"]]
+        assert {"B": 1, "M": 16, "N": 32, "K": 16} in fc and (rows["median_us"] > 0).all()
+    assert main(home) == 0
+    out = capsys.readouterr().out
+    assert ", 0 new," in out and "0 configs measured" in out
+    with Store.open(ws) as store:
+        assert store.scalar("SELECT count(*) FROM op_measurements WHERE skipped IS NULL") == first
+
+
+def test_cli_errors_are_one_line(traced_copy, capsys):
+    ws, _ = traced_copy
+    home = ["--home", str(ws.home), "collect", "ops", "--no-progress", "--no-peaks"]
+    assert main([*home, "--from-trace-set", "999"]) == 2
+    assert "no completed trace set for trace set 999" in capsys.readouterr().err
+    assert main([*home, "--from-traces", "--sweep", "large"]) == 2
+    assert "--sweep does not apply" in capsys.readouterr().err
+    assert main([*home, "--from-traces", "--op", "bmm", "--config", '{"B":1,"M":2,"N":2,"K":2}']) == 2
+    assert "exclude each other" in capsys.readouterr().err

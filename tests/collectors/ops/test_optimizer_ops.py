@@ -1,0 +1,109 @@
+"""The optimizer's element-wise ops (allocating sqrt/div, in-place add_, mul_, ...) and the dense embedding: real
+torch builds on tiny shapes, grids that reach the sizes training steps run, bounded in-place repetitions, and the
+page-fault cost of an allocating op above glibc's mmap threshold."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from collectors.ops import registry
+from collectors.ops.elementwise import OPTIMIZER_OPS
+from collectors.ops.registry import BuildContext
+from collectors.ops.sweep import default_memory_cap
+from collectors.ops.timer import TimerSettings, time_cpu
+
+FAST = TimerSettings(warmup=1, min_reps=3, max_reps=3, min_time_us=0)
+CPU = BuildContext(torch.device("cpu"), seed=5)
+
+
+def _configs(name: str, sweep: str) -> list[dict]:
+    return registry.get(name).configs(sweep, np.random.default_rng(0), 0)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZER_OPS))
+def test_optimizer_op_builds_and_times(name):
+    spec = registry.get(name)
+    assert spec.passes == ("fwd",) and spec.model == "roofline"
+    built = spec.build(spec.check({"M": 3, "N": 5}), CPU)
+    assert built.bwd is None
+    out = built.fwd()
+    assert tuple(out.shape) == (3, 5) and torch.isfinite(out).all()
+    allocates = OPTIMIZER_OPS[name][-1]
+    assert (out.data_ptr() != built.keep[0].data_ptr()) == allocates  # in-place ops return their first operand
+    timing = time_cpu(built.fwd, FAST)
+    assert timing.repetitions == 3 and timing.median_us > 0
+
+
+@pytest.mark.parametrize("name", sorted(n for n, v in OPTIMIZER_OPS.items() if not v[-1]))
+def test_in_place_ops_stay_bounded_over_repetitions(name):
+    built = registry.get(name).build({"M": 8, "N": 16}, CPU)
+    for _ in range(1001):
+        out = built.fwd()
+    assert torch.isfinite(out).all() and out.abs().max() <= 2.5  # operands are U(-1, 1)
+
+
+def test_optimizer_grids_reach_big_parameters_within_the_memory_cap():
+    spec = registry.get("sqrt")
+    default, quick = _configs("sqrt", "default"), _configs("sqrt", "quick")
+    numels = [c["M"] * c["N"] for c in default]
+    assert max(numels) >= 2 ** 24 and min(numels) <= 64
+    assert sum(2 ** 22 <= n <= 2 ** 24 for n in numels) >= 6  # dense around the 32 MiB mmap threshold
+    assert max(c["M"] * c["N"] for c in quick) == max(numels)
+    assert all(spec.memory(c) <= default_memory_cap() for c in default + _configs("sqrt", "large"))
+    random = spec.configs("random", np.random.default_rng(3), 15)
+    assert len(random) == 15 and random == spec.configs("random", np.random.default_rng(3), 15)
+
+
+def test_dense_embedding_builds_forward_and_dense_weight_gradient():
+    spec = registry.get("embedding")
+    config = spec.check({"V": 50, "D": 8, "N": 12})
+    built = spec.build(config, CPU)
+    out = built.fwd()
+    assert tuple(out.shape) == (12, 8)
+    (grad,) = built.bwd()
+    assert tuple(grad.shape) == (50, 8) and torch.isfinite(grad).all()
+    indices = built.keep[-1]
+    touched = set(torch.nonzero((grad != 0).any(dim=1)).flatten().tolist())
+    assert touched == set(indices.tolist())  # only the gathered rows get a gradient
+    assert time_cpu(built.bwd, FAST).median_us > 0
+
+
+def test_dense_embedding_grid_reaches_the_transformers_tables():
+    default = _configs("embedding", "default")
+    assert len(default) >= 300 and len(_configs("embedding", "quick")) == registry.QUICK_COUNT
+    assert max(c["V"] for c in default) == 50257 and max(c["D"] for c in default) == 1024
+    assert max(c["N"] for c in default) == 8192
+    spec = registry.get("embedding")
+    assert all(spec.memory(c) <= default_memory_cap() for c in default + _configs("embedding", "large"))
+
+
+_RATIO_SCRIPT = """
+import json, torch
+from collectors.ops import registry
+from collectors.ops.registry import BuildContext
+from collectors.ops.timer import TimerSettings, time_cpu
+from collectors.workloads.allocator import apply_in_process
+apply_in_process()
+torch.set_num_threads(1)
+ctx, config = BuildContext(torch.device("cpu"), seed=5), {"M": 12 * 1024, "N": 1024}
+settings = TimerSettings(warmup=1, min_reps=5, max_reps=5, min_time_us=0)
+print(json.dumps({n: time_cpu(registry.get(n).build(config, ctx).fwd, settings).median_us for n in ("sqrt", "add_")}))
+"""
+
+
+def test_allocating_sqrt_of_a_big_tensor_is_slower_than_in_place_add():
+    """12M floats (48 MiB, above the 32 MiB mmap threshold): sqrt's fresh output is page-faulted in and unmapped
+    every repetition, add_ writes into its operand (and moves 1.5x sqrt's bytes). Timed in a fresh process under
+    pmdb's malloc settings, as ``pmdb collect ops`` does: in a long-lived process a free heap chunk left by earlier
+    work can serve the 48 MiB without page faults."""
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", _RATIO_SCRIPT], cwd=root, capture_output=True, text=True,
+                          timeout=120, check=True)
+    medians = json.loads(done.stdout.strip().splitlines()[-1])
+    assert medians["sqrt"] > 2.0 * medians["add_"], medians

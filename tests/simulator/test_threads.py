@@ -1,0 +1,73 @@
+"""A model-mode prediction of a workload run made with kernel models fitted at another thread count says so in one
+warning line (stderr and Prediction.warnings); matching thread counts and replay mode stay silent."""
+from __future__ import annotations
+
+import pytest
+
+from fitters.registry import Registry, VersionRecord
+from fitters.roofline import uncalibrated
+from pmdb import platform as platforms
+from simulator.predict import predict_trace_set
+from simulator.threads import model_threads, thread_mismatch
+
+pytestmark = pytest.mark.slow  # uses the 2-rank recording
+
+PEAKS = {"gemm_flops": 5e10, "mem_bw": 1e10}
+
+
+def _measured_with(store, platform: str, threads: int) -> str:
+    """An ops run holding fully_connected forward timings taken with ``threads`` intra-op threads."""
+    with store.run("ops", platform, {}) as run:
+        store.insert("op_measurements", [
+            {"run_id": run.run_id, "platform": platform, "op": "fully_connected", "pass": "fwd",
+             "implementation": "torch", "dtype": "float32", "device": "cpu", "cache_state": "cold",
+             "params": {"B": 1, "M": m, "N": 64, "K": 64}, "config_key": f"k{m}", "median_us": 10.0 + m,
+             "mean_us": 10.0 + m, "repetitions": 5, "warmup": 1, "threads": threads} for m in (16, 32)])
+    return run.run_id
+
+
+def _setup(store, cpu_trace_files, model_threads_: int, run_threads_: int) -> tuple[int, str, str]:
+    from sim_store import cpu_ranks, ingest
+
+    platform = platforms.resolve(store, None)
+    ops_run = _measured_with(store, platform, model_threads_)
+    with store.run("workload", platform, {}) as run:
+        wid = store.insert_one("workloads", {"family": "other", "name": "two_rank_step", "config": {},
+                                             "config_hash": "two-rank-threads", "batch_size": 64, "world_size": 2},
+                               returning="workload_id")
+        store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": platform,
+                                           "iterations": 10, "warmup": 2, "threads": run_threads_,
+                                           "measured_us": 12345.0})
+    ts = ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured", workload_id=wid)
+    registry = Registry(store.workspace)
+    name = f"pmdb.{platform}.fully_connected.fwd.cold"
+    record = VersionRecord(name=name, platform=platform, op="fully_connected", family="roofline", pass_="fwd",
+                           implementation="torch", dtype="float32", cache_state="cold", data_runs=[ops_run],
+                           metrics={"gmae": 0.2, "mape": 0.25, "std": 0.1})
+    version = registry.log_version(store, None, record, uncalibrated("fully_connected", "fwd", "float32", PEAKS),
+                                   [], {})
+    registry.set_champion(store, name, version)
+    return ts, run.run_id, f"{name}:{version}"
+
+
+def test_models_of_another_thread_count_warn_once(store, cpu_trace_files, capsys):
+    ts, truth, model = _setup(store, cpu_trace_files, model_threads_=4, run_threads_=1)
+    name, version = model.rsplit(":", 1)
+    assert model_threads(store, [(name, int(version))]) == {4: [model]}
+    capsys.readouterr()
+    pred = predict_trace_set(store, ts, mode="model", workload_run_id=truth)
+    assert pred.workload_run_id == truth and [m.name for m in pred.models] == [name]
+    assert len(pred.warnings) == 1
+    assert "1 intra-op thread per rank" in pred.warnings[0] and "1 fitted at 4 threads" in pred.warnings[0]
+    assert model in pred.warnings[0]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("pmdb: warning:")]
+    assert err == [f"pmdb: warning: {pred.warnings[0]}"]
+    # replay mode takes no model: nothing to warn about
+    assert predict_trace_set(store, ts, mode="replay").warnings == []
+    # the same run recorded with 4 threads agrees with the models
+    store.conn.execute("UPDATE workload_runs SET threads = 4 WHERE run_id = ?", [truth])
+    assert thread_mismatch(store, truth, [(name, int(version))]) is None
+    assert predict_trace_set(store, ts, mode="model", workload_run_id=truth).warnings == []
+    # unknown thread count of the run: no claim either way
+    store.conn.execute("UPDATE workload_runs SET threads = NULL WHERE run_id = ?", [truth])
+    assert thread_mismatch(store, truth, [(name, int(version))]) is None
