@@ -15,6 +15,7 @@ from simulator import semantics as sem_mod
 from simulator.engine import simulate, steady_period
 from simulator.models import ModelSet, Overheads, check_cache_state, load_model_set
 from simulator.records import ModelUse, Prediction
+from simulator.threads import SHARED_CORE, comm_shares_core
 from simulator.timing import ModelTiming
 
 LOOKUP = "fbgemm_tbe"  # the implementation the derived traces use (shard.plans refuses other configs)
@@ -34,11 +35,13 @@ class PlanPredictor:
 
     The model selection is the simulator's (as in ``pmdb predict``): ``models`` an alias ('champion', 'latest') or a
     version spec 'name:version,...'; ``cache_state`` warm, cold, device or blend (None: per platform kind, cold on
-    CPUs, device timings on GPUs); ``overhead_version`` None for the latest. Every prediction records the selection
-    (``Prediction.model_selection``: '<spec>/<cache state>/<digest of the versions>')."""
+    CPUs, device timings on GPUs); ``overhead_version`` None for the latest; ``threads`` the intra-op threads per rank
+    the plans run with (None: 1), which decide with the platform's cores whether collectives share the ranks' cores
+    (:func:`simulator.threads.comm_shares_core`). Every prediction records the selection (``Prediction.model_selection``:
+    '<spec>/<cache state>/<digest of the versions>', with '/comm-shares-core' when that rule applied)."""
 
     def __init__(self, store: Store, platform: str, world_size: int, *, models: str = "champion",
-                 cache_state: str | None = None, overhead_version: int | None = None):
+                 cache_state: str | None = None, overhead_version: int | None = None, threads: int | None = None):
         check_cache_state(cache_state)
         self.platform = platform
         # a query read to the end: a result left open by scalar()'s fetchone() makes DuckDB refuse the register()
@@ -55,20 +58,22 @@ class PlanPredictor:
                             f"measure them (`pmdb collect ops --op embedding_lookup`, `pmdb "
                             f"collect comms --ops all_to_all --world-size {world_size}`) and fit them (`pmdb fit`)")
         self.overheads = Overheads.latest(store, platform, overhead_version)
+        self.comm_shares_core = comm_shares_core(store, platform, world_size, threads)
+        self.selection = f"{self.models.selection}/{SHARED_CORE}" if self.comm_shares_core else self.models.selection
 
     def predict(self, derived: DerivedPlan, source_platform: str) -> Prediction:
         """The plan's steady-state iteration time (``trace_set_id`` is set when the derived set is stored)."""
         started = time.perf_counter()
         timing = ModelTiming(self.models, self.overheads, self.semantics, derived.embedding)
         programs = timing.programs(derived.graph)
-        engine = sem_mod.get(self.semantics)
+        engine = sem_mod.get(self.semantics, comm_shares_core=self.comm_shares_core)
         result = simulate(programs, engine)
         predicted = steady_period(programs, engine, result)
         used = [ModelUse(n, v, c) for (n, v), c in sorted(timing.usage.models.items())]
         return Prediction(trace_set_id=-1, mode="model", source_platform=source_platform,
                           target_platform=self.platform, result=result, predicted_us=predicted, iterations=1,
                           models=used, overhead_version=self.overheads.version,
-                          model_selection=self.models.selection,
+                          model_selection=self.selection,
                           unmodelled=timing.usage.unmodelled(float("nan")), elapsed_s=time.perf_counter() - started)
 
     def embedding_rows(self, pred: Prediction) -> dict[str, int]:

@@ -114,7 +114,8 @@ def run_study(store: Store, platform: str, task: ShardTask, settings: StudySetti
     started = time.perf_counter()
     plans = build_plans(task, settings.sharders, settings.plan_files, settings.run.seed)
     predictor = PlanPredictor(store, platform, task.world_size, models=settings.models,
-                              cache_state=settings.cache_state, overhead_version=settings.overhead_version)
+                              cache_state=settings.cache_state, overhead_version=settings.overhead_version,
+                              threads=settings.run.threads)
     first = settings.run.warmup
     stats = table_stats(task, settings.run.seed, range(first, first + settings.stats_batches))
     args = {"shard_run": run_id, "task": task.task_id}

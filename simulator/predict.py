@@ -22,7 +22,7 @@ from simulator.models import BLEND, Overheads, load_model_set, parse_spec
 from simulator.records import (ModelUse, Prediction, ground_truth, store_prediction, trace_set_for_run,
                                trace_set_info)
 from simulator.replay import replay_programs
-from simulator.threads import thread_mismatch
+from simulator.threads import SHARED_CORE, comm_shares_core, run_threads, thread_mismatch
 from simulator.timing import ModelTiming
 
 MODES = ("model", "replay")
@@ -99,7 +99,11 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
         timing = ModelTiming(model_set, overheads, semantics, EmbeddingStats.from_store(store, workload_id))
         graph = load_graphs(store, trace_set_id, pick="best", detail=semantics == "sync_host")[0]
         programs = timing.programs(graph)
-        engine = sem_mod.get(semantics)
+        run_id, _ = ground_truth(store, trace_set_id, target, mode, workload_run_id)
+        shared = comm_shares_core(store, target, len(graph.ranks), run_threads(store, run_id))
+        if shared:
+            selection = f"{selection}/{SHARED_CORE}"
+        engine = sem_mod.get(semantics, comm_shares_core=shared)
         result = simulate(programs, engine)
         predicted, iterations = steady_period(programs, engine, result), 1
         models_used = [ModelUse(n, v, c) for (n, v), c in sorted(timing.usage.models.items())]

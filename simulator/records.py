@@ -36,7 +36,7 @@ class Prediction:
     workload_run_id: str | None = None
     models: list[ModelUse] = field(default_factory=list)
     overhead_version: int | None = None
-    model_selection: str | None = None     # '<spec>/<cache state>/<digest of the selected versions>'
+    model_selection: str | None = None     # '<spec>/<cache state>/<digest of the selected versions>'[/comm-shares-core]
     unmodelled: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)  # e.g. kernel models fitted at another thread count

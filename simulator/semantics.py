@@ -8,7 +8,9 @@ Two platforms kinds, one interface:
 * ``sync_host`` (CPU, e.g. gloo): compute ops run on the calling thread, so a compute "kernel" advances the CPU clock
   by its own duration; collectives run on the backend's communication thread, starting ``T4`` (the hand-over
   latency) after the launch, queued behind the collective still running, without blocking the caller. An
-  intra-rank sync (a consumer of the last collective's output) makes the calling thread wait for it.
+  intra-rank sync (a consumer of the last collective's output) makes the calling thread wait for it. Where the
+  machine has no core to spare for the communication threads (``comm_shares_core``), a collective's work also takes
+  its duration from the calling thread's core: it cannot overlap the rank's compute.
 
 All times are µs. The state records every stream interval so that device-active time and overlap can be computed.
 """
@@ -80,6 +82,9 @@ class SyncHost:
     name = "sync_host"
     kernel_gap_us = 0.0
 
+    def __init__(self, comm_shares_core: bool = False):
+        self.comm_shares_core = comm_shares_core
+
     def intra_sync(self, s: RankState) -> None:
         front = max(s.cpu, s.fronts[COMPUTE], s.fronts[COMM])
         s.cpu = s.fronts[COMPUTE] = s.fronts[COMM] = front
@@ -97,14 +102,16 @@ class SyncHost:
         else:
             start = max(s.fronts[COMM], s.cpu + t4)
             s.record(COMM, start, dur)
+            if self.comm_shares_core:   # the rank's only core runs the collective's work too
+                s.cpu += dur
 
 
 SEMANTICS = {"async_device": AsyncDevice, "sync_host": SyncHost}
 
 
-def get(name: str) -> AsyncDevice | SyncHost:
-    """The semantics object of a platform's ``semantics`` column."""
-    try:
-        return SEMANTICS[name]()
-    except KeyError:
-        raise PmdbError(f"unknown execution semantics {name!r} (known: {', '.join(SEMANTICS)})") from None
+def get(name: str, comm_shares_core: bool = False) -> AsyncDevice | SyncHost:
+    """The semantics object of a platform's ``semantics`` column (``comm_shares_core``: sync_host only, see
+    :class:`SyncHost`)."""
+    if name not in SEMANTICS:
+        raise PmdbError(f"unknown execution semantics {name!r} (known: {', '.join(SEMANTICS)})")
+    return SyncHost(comm_shares_core) if name == SyncHost.name else AsyncDevice()

@@ -1,7 +1,8 @@
 """Thread-count check of a model-mode prediction: a workload run records the intra-op threads per rank it ran with
 (``workload_runs.threads``), every op measurement the threads it was timed with (``op_measurements.threads``). Kernel
 models fitted on measurements of another thread count predict another machine configuration; the prediction says
-so in one warning line."""
+so in one warning line. Threads and cores also decide whether a CPU rank's communication thread has a core of its
+own (:func:`comm_shares_core`)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -52,3 +53,16 @@ def thread_mismatch(store: Store, workload_run_id: str | None, versions: list[tu
     return (f"workload run {workload_run_id} ran with {threads} intra-op thread{'s' if threads != 1 else ''} per "
             f"rank, but kernel models used here were measured with another thread count: {counts}; their times "
             f"describe that configuration")
+
+
+SHARED_CORE = "comm-shares-core"   # suffix of a prediction's model_selection when the rule below applied
+
+
+def comm_shares_core(store: Store, platform: str, world_size: int, threads: int | None) -> bool:
+    """Whether the ranks of a sync-host (CPU) platform leave no core to their communication threads: the platform's
+    usable cores are fewer than world size x (intra-op threads per rank, 1 when unknown, + 1 communication thread).
+    The ranks are taken to share the platform's one host (a CPU platform is one machine). Never on async devices."""
+    row = store.query("SELECT semantics, cpu_cores FROM platforms WHERE name = ?", [platform])
+    if row.empty or row.iloc[0]["semantics"] != "sync_host" or pd.isna(row.iloc[0]["cpu_cores"]) or world_size < 2:
+        return False
+    return int(row.iloc[0]["cpu_cores"]) < world_size * ((threads or 1) + 1)

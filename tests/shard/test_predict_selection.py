@@ -8,6 +8,7 @@ import re
 import pytest
 
 from pmdb.store import Store
+from simulator.threads import comm_shares_core
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +35,11 @@ def test_version_spec_and_cache_state_are_used_and_recorded(shard_ws, capsys):
                             "(SELECT prediction_id FROM v_shard_plans WHERE study_id = ?)", [study])
         used = store.query("SELECT DISTINCT name, version FROM prediction_models WHERE prediction_id IN "
                            "(SELECT unnest(?::BIGINT[]))", [preds["prediction_id"].astype(int).tolist()])
+        platform = store.scalar("SELECT platform FROM v_shard_studies WHERE study_id = ?", [study])
+        # the plans run one thread per rank: whether their collectives share the ranks' cores is this machine's
+        shared = "/comm-shares-core" if comm_shares_core(store, platform, 2, 1) else ""
     assert len(preds) == 2
-    assert all(re.fullmatch(re.escape(spec) + r"/cold/[0-9a-f]{8}", s) for s in preds["model_selection"])
+    assert all(re.fullmatch(re.escape(spec) + r"/cold/[0-9a-f]{8}" + shared, s) for s in preds["model_selection"])
     assert preds["model_selection"].nunique() == 1
     used_versions = dict(zip(used["name"], used["version"].astype(int)))
     assert used_versions and all(wanted.get(n) == v for n, v in used_versions.items())  # only the spec's versions

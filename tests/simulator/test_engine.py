@@ -173,3 +173,12 @@ def test_own_collective_end_after_the_last_start_sync_host():
     res = simulate([[TimedOp(o.t1, o.t3, o.cpu_us, o.kernels, o.is_collective, o.waits_on) for o in p]
                     for p in [rank(100.0, 80.0), rank(300.0, 40.0)]], SyncHost())
     assert [r.predicted_us for r in res.ranks] == pytest.approx([350, 350])
+
+
+def test_collective_work_takes_the_callers_core_when_shared():
+    ops = [_op((COMPUTE, 100.0, 0.0)), _op((COMM, 50.0, 0.0), is_collective=True), _op((COMPUTE, 30.0, 0.0))]
+    # own core: the all_reduce runs 100..150 beside the compute 100..130 -> 150
+    assert simulate([ops], SyncHost()).predicted_us == pytest.approx(150)
+    # shared core: the thread gives it 50 µs before its next op: compute 150..180 -> 180
+    res = simulate([ops], SyncHost(comm_shares_core=True))
+    assert res.predicted_us == pytest.approx(180) and res.ranks[0].comm_front_us == pytest.approx(150)

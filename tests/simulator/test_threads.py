@@ -71,3 +71,32 @@ def test_models_of_another_thread_count_warn_once(store, cpu_trace_files, capsys
     # unknown thread count of the run: no claim either way
     store.conn.execute("UPDATE workload_runs SET threads = NULL WHERE run_id = ?", [truth])
     assert thread_mismatch(store, truth, [(name, int(version))]) is None
+
+
+def test_comm_shares_core_when_the_ranks_leave_no_core_to_spare(store):
+    from simulator.threads import comm_shares_core
+
+    cpu = platforms.ensure_named(store, "cpu-test-box", device_kind="cpu")
+    gpu = platforms.ensure_named(store, "gpu-test-box", device_kind="cuda")
+    store.conn.execute("UPDATE platforms SET cpu_cores = 4 WHERE name IN (?, ?)", [cpu, gpu])
+    assert store.scalar("SELECT semantics FROM platforms WHERE name = ?", [cpu]) == "sync_host"
+    # 4 cores: 2 ranks x (1 thread + 1 communication thread) fit, 2 x (2 + 1) or 4 x (1 + 1) do not
+    assert not comm_shares_core(store, cpu, 2, 1) and not comm_shares_core(store, cpu, 2, None)
+    assert comm_shares_core(store, cpu, 2, 2) and comm_shares_core(store, cpu, 4, 1)
+    assert not comm_shares_core(store, cpu, 1, 8)        # one rank: no collectives to share with
+    assert not comm_shares_core(store, gpu, 8, 1)        # device streams, not host threads
+    assert not comm_shares_core(store, "nowhere", 2, 1)
+
+
+def test_prediction_records_shared_cores(store, cpu_trace_files):
+    ts, truth, _ = _setup(store, cpu_trace_files, model_threads_=1, run_threads_=1)
+    platform = platforms.resolve(store, None)
+    results = {}
+    for cores in (2, 64):
+        store.conn.execute("UPDATE platforms SET cpu_cores = ? WHERE name = ?", [cores, platform])
+        results[cores] = predict_trace_set(store, ts, mode="model", workload_run_id=truth)
+    assert results[2].model_selection.endswith("/comm-shares-core")
+    assert results[64].model_selection == results[2].model_selection.rsplit("/", 1)[0]
+    # the collectives' work can no longer overlap the ranks' compute (here every collective's output is consumed
+    # at once, so nothing overlapped: never faster; the engine tests show the lost overlap)
+    assert results[2].predicted_us >= results[64].predicted_us > 0
