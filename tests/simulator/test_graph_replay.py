@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
 from pmdb.store import Store
 from sim_recording import ET_STEPS, KINETO_STEPS
+from simulator import semantics
+from simulator.engine import steady_period
 from simulator.graph import Stream
 from simulator.graph_from_store import load_graphs
 from simulator.predict import predict_and_store, predict_trace_set
+from simulator.replay import replay_programs
 
 pytestmark = pytest.mark.slow  # spawns two gloo ranks once per session
 
@@ -62,9 +66,18 @@ def test_cpu_replay_prediction_stored(cpu_trace_set):
     assert row["measured_us"] == pytest.approx(own)
     assert row["mode"] == "replay" and row["model_set"] is None and row["iterations"] == len(KINETO_STEPS)
     assert row["workload_run_id"] is None
-    # the replayed critical path reproduces the traced iteration (noisy 2-core machine: ranks share the cores)
-    assert abs(row["rel_error"]) < 0.15, row["rel_error"]
     assert row["baseline_us"] < row["predicted_us"]
+    # the replayed critical path reproduces each traced iteration: every iteration against its own measured time
+    # (a median of predictions against a median of measurements would pair different iterations, and on this noisy
+    # 2-core machine the iterations of one recording differ by 2-3x)
+    engine = semantics.get("sync_host")
+    errors = []
+    for graph in load_graphs(store, ts):
+        programs = replay_programs(graph, "sync_host")
+        errors.append(steady_period(programs, engine) / graph.measured_us - 1)
+    assert len(errors) == len(KINETO_STEPS)
+    assert statistics.median(abs(e) for e in errors) < 0.15, errors
+    assert abs(row["rel_error"]) < 0.5, row["rel_error"]   # the stored median: same iterations, unpaired
 
 
 def test_gpu_replay_matches_trace_median(gpu_linear):
