@@ -15,7 +15,7 @@ from simulator import semantics as sem_mod
 from simulator.engine import simulate, steady_period
 from simulator.models import ModelSet, Overheads, check_cache_state, load_model_set
 from simulator.records import ModelUse, Prediction
-from simulator.threads import SHARED_CORE, comm_shares_core
+from simulator.threads import comm_shares_core, with_core_rule
 from simulator.timing import ModelTiming
 
 LOOKUP = "fbgemm_tbe"  # the implementation the derived traces use (shard.plans refuses other configs)
@@ -37,8 +37,9 @@ class PlanPredictor:
     version spec 'name:version,...'; ``cache_state`` warm, cold, device or blend (None: per platform kind, cold on
     CPUs, device timings on GPUs); ``overhead_version`` None for the latest; ``threads`` the intra-op threads per rank
     the plans run with (None: 1), which decide with the platform's cores whether collectives share the ranks' cores
-    (:func:`simulator.threads.comm_shares_core`). Every prediction records the selection (``Prediction.model_selection``:
-    '<spec>/<cache state>/<digest of the versions>', with '/comm-shares-core' when that rule applied)."""
+    (:func:`simulator.threads.comm_shares_core`). Every prediction records the selection
+    (``Prediction.model_selection``: '<spec>/<cache state>/<digest of the versions>', with '/comm-shares-core' when
+    that rule applied)."""
 
     def __init__(self, store: Store, platform: str, world_size: int, *, models: str = "champion",
                  cache_state: str | None = None, overhead_version: int | None = None, threads: int | None = None):
@@ -59,7 +60,7 @@ class PlanPredictor:
                             f"collect comms --ops all_to_all --world-size {world_size}`) and fit them (`pmdb fit`)")
         self.overheads = Overheads.latest(store, platform, overhead_version)
         self.comm_shares_core = comm_shares_core(store, platform, world_size, threads)
-        self.selection = f"{self.models.selection}/{SHARED_CORE}" if self.comm_shares_core else self.models.selection
+        self.selection = with_core_rule(self.models.selection, self.comm_shares_core)
 
     def predict(self, derived: DerivedPlan, source_platform: str) -> Prediction:
         """The plan's steady-state iteration time (``trace_set_id`` is set when the derived set is stored)."""

@@ -191,10 +191,9 @@ def _rank_iterations(builder: RankUnits, wanted: list[int | None], detail: bool)
             if u in index:
                 op = ops[index[u]]
                 op.waits_on = tuple(sorted(index[p] for p in producers if p in index and index[p] < index[u]))
-        measured = spans[k][1] if k is not None and k in spans else float("nan")
-        tail = spans[k][0] + spans[k][1] - previous_end if k in spans and not math.isnan(previous_end) else 0.0
-        graph = RankGraph(frames.rank, ops, measured_us=measured, iteration=k,
-                          start_us=spans[k][0] if k is not None and k in spans else float("nan"))
+        start, measured = spans.get(k, (float("nan"), float("nan")))
+        tail = start + measured - previous_end if k in spans and not math.isnan(previous_end) else 0.0
+        graph = RankGraph(frames.rank, ops, measured_us=measured, iteration=k, start_us=start)
         graph.tail_us = max(0.0, tail)
         out[k] = graph
     return out

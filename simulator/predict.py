@@ -17,12 +17,13 @@ from pmdb.store import Store
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
+from simulator.graph import TraceGraph
 from simulator.graph_from_store import load_graphs
 from simulator.models import BLEND, Overheads, load_model_set, parse_spec
 from simulator.records import (ModelUse, Prediction, ground_truth, store_prediction, trace_set_for_run,
                                trace_set_info)
 from simulator.replay import replay_programs
-from simulator.threads import SHARED_CORE, comm_shares_core, run_threads, thread_mismatch
+from simulator.threads import comm_shares_core, run_threads, thread_mismatch, with_core_rule
 from simulator.timing import ModelTiming
 
 MODES = ("model", "replay")
@@ -35,15 +36,22 @@ def _semantics_of(store: Store, platform: str) -> str:
     return str(value)
 
 
-def _replay(store: Store, trace_set_id: int, semantics: str) -> tuple[SimResult, float, int]:
-    """Every complete iteration replayed; the median one (by steady-state time) represents them."""
+def replay_iterations(store: Store, trace_set_id: int, semantics: str) -> list[tuple[TraceGraph, float, SimResult]]:
+    """Every complete iteration of a trace set replayed: (its graph, steady-state time in µs, the single
+    iteration's result), in trace order."""
     runs = []
     engine = sem_mod.get(semantics)
     for graph in tqdm(load_graphs(store, trace_set_id), desc="replaying iterations", unit="it", disable=None,
                       leave=False):
         programs = replay_programs(graph, semantics)
         single = simulate(programs, engine)
-        runs.append((steady_period(programs, engine, single), single))
+        runs.append((graph, steady_period(programs, engine, single), single))
+    return runs
+
+
+def _replay(store: Store, trace_set_id: int, semantics: str) -> tuple[SimResult, float, int]:
+    """Every complete iteration replayed; the median one (by steady-state time) represents them."""
+    runs = [(period, single) for _, period, single in replay_iterations(store, trace_set_id, semantics)]
     runs.sort(key=lambda r: r[0])
     median = statistics.median(r[0] for r in runs)
     return runs[(len(runs) - 1) // 2][1], median, len(runs)
@@ -86,10 +94,11 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
     models_used: list[ModelUse] = []
     unmodelled: list[dict[str, Any]] = []
     version, selection = None, None
+    if mode == "replay" and target != source:
+        raise PmdbError("replay mode takes every time from the trace itself: it has no target platform "
+                        "(use --mode model with --target-platform)")
+    run_id, measured = ground_truth(store, trace_set_id, target, mode, workload_run_id)
     if mode == "replay":
-        if target != source:
-            raise PmdbError("replay mode takes every time from the trace itself: it has no target platform "
-                            "(use --mode model with --target-platform)")
         result, predicted, iterations = _replay(store, trace_set_id, semantics)
     else:
         model_set = load_model_set(store, target, models, cache_state, semantics)
@@ -99,16 +108,13 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
         timing = ModelTiming(model_set, overheads, semantics, EmbeddingStats.from_store(store, workload_id))
         graph = load_graphs(store, trace_set_id, pick="best", detail=semantics == "sync_host")[0]
         programs = timing.programs(graph)
-        run_id, _ = ground_truth(store, trace_set_id, target, mode, workload_run_id)
         shared = comm_shares_core(store, target, len(graph.ranks), run_threads(store, run_id))
-        if shared:
-            selection = f"{selection}/{SHARED_CORE}"
+        selection = with_core_rule(selection, shared)
         engine = sem_mod.get(semantics, comm_shares_core=shared)
         result = simulate(programs, engine)
         predicted, iterations = steady_period(programs, engine, result), 1
         models_used = [ModelUse(n, v, c) for (n, v), c in sorted(timing.usage.models.items())]
         unmodelled = timing.usage.unmodelled(graph.measured_us)
-    run_id, measured = ground_truth(store, trace_set_id, target, mode, workload_run_id)
     notes = [] if mode != "model" else \
         [n for n in [thread_mismatch(store, run_id, [(m.name, m.version) for m in models_used])] if n]
     for note in notes:

@@ -66,3 +66,8 @@ def comm_shares_core(store: Store, platform: str, world_size: int, threads: int 
     if row.empty or row.iloc[0]["semantics"] != "sync_host" or pd.isna(row.iloc[0]["cpu_cores"]) or world_size < 2:
         return False
     return int(row.iloc[0]["cpu_cores"]) < world_size * ((threads or 1) + 1)
+
+
+def with_core_rule(selection: str, shared: bool) -> str:
+    """A prediction's model selection, marked when its collectives shared the ranks' cores."""
+    return f"{selection}/{SHARED_CORE}" if shared else selection

@@ -8,12 +8,9 @@ import pytest
 
 from pmdb.store import Store
 from sim_recording import ET_STEPS, KINETO_STEPS
-from simulator import semantics
-from simulator.engine import steady_period
 from simulator.graph import Stream
 from simulator.graph_from_store import load_graphs
-from simulator.predict import predict_and_store, predict_trace_set
-from simulator.replay import replay_programs
+from simulator.predict import predict_and_store, predict_trace_set, replay_iterations
 
 pytestmark = pytest.mark.slow  # spawns two gloo ranks once per session
 
@@ -70,11 +67,7 @@ def test_cpu_replay_prediction_stored(cpu_trace_set):
     # the replayed critical path reproduces each traced iteration: every iteration against its own measured time
     # (a median of predictions against a median of measurements would pair different iterations, and on this noisy
     # 2-core machine the iterations of one recording differ by 2-3x)
-    engine = semantics.get("sync_host")
-    errors = []
-    for graph in load_graphs(store, ts):
-        programs = replay_programs(graph, "sync_host")
-        errors.append(steady_period(programs, engine) / graph.measured_us - 1)
+    errors = [period / graph.measured_us - 1 for graph, period, _ in replay_iterations(store, ts, "sync_host")]
     assert len(errors) == len(KINETO_STEPS)
     assert statistics.median(abs(e) for e in errors) < 0.15, errors
     assert abs(row["rel_error"]) < 0.5, row["rel_error"]   # the stored median: same iterations, unpaired
