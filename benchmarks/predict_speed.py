@@ -34,7 +34,7 @@ from pmdb.errors import PmdbError  # noqa: E402
 from pmdb.store import Store  # noqa: E402
 from simulator import semantics  # noqa: E402
 from simulator.engine import simulate, steady_period  # noqa: E402
-from simulator.graph_from_store import load_graphs  # noqa: E402
+from pmdb.traces.from_store import load_graphs  # noqa: E402
 from simulator.predict import predict_trace_set  # noqa: E402
 from simulator.replay import replay_programs  # noqa: E402
 

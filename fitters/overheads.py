@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from collectors.traces.read import load_kernels, load_ops, top_level_mask, top_level_of
-from collectors.traces.schemas import common
+from pmdb.traces.rows import load_kernels, load_ops, top_level_mask, top_level_of
+from pmdb.traces.vocabulary import common
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 

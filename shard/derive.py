@@ -2,7 +2,7 @@
 
 Same structure: the same MLPs, table count and dimensions, batch and world size, the same ranks holding tables and
 the same column reordering after the exchange (then every rank runs the same op sequence whatever tables it holds).
-What a plan changes, and what is rewritten here on a deep copy of the source :class:`~simulator.graph.TraceGraph`:
+What a plan changes, and what is rewritten here on a deep copy of the source :class:`~pmdb.traces.graph.TraceGraph`:
 
 * each rank's batched lookup (FBGEMM TBE forward, backward and their bounds check): the arguments that carry the
   tables, found by name in the op schema — ``indices`` (Σ_t B·L_t lookups), ``offsets`` (T·B + 1),
@@ -30,10 +30,10 @@ import numpy as np
 from collectors.workloads.dlrm import block_order
 from collectors.workloads.sharders import RankLayout, rank_layout
 from pmdb.errors import PmdbError
-from shard import oparg
+from pmdb.traces import oparg
 from shard.plans import Plan, ShardTask
 from simulator.embedding_stats import EmbeddingStats
-from simulator.graph import Op, TraceGraph
+from pmdb.traces.graph import Op, TraceGraph
 
 EMBEDDING_MARK = "split_embedding"    # FBGEMM TBE lookup ops and their wrappers, forward and backward
 BOUNDS_CHECK = "bounds_check_indices"

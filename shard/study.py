@@ -21,7 +21,7 @@ from shard.predict import PlanPredictor
 from shard.runs import Measured, RunSettings, capture, ground_truth
 from shard.source import Source, find_source
 from shard.tables import table_stats
-from simulator.graph_from_store import load_graphs
+from pmdb.traces.from_store import load_graphs
 from simulator.records import Prediction
 
 SUCCESS_MARGIN = 0.10

@@ -12,10 +12,9 @@ from typing import Any
 import numpy as np
 
 from pmdb.store import Store
-from simulator.graph import Op
-from simulator.opmap import Mapped
+from pmdb.traces.graph import Op
+from pmdb.traces.opmap import BATCHED_MARKERS, Mapped
 
-BATCHED_MARKERS = ("fbgemm", "split_embedding", "splitlookup", "tbe")
 
 
 class EmbeddingStats:

@@ -17,8 +17,8 @@ from pmdb.store import Store
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
-from simulator.graph import TraceGraph
-from simulator.graph_from_store import load_graphs
+from pmdb.traces.graph import TraceGraph
+from pmdb.traces.from_store import load_graphs
 from simulator.models import BLEND, Overheads, load_model_set, parse_spec
 from simulator.records import (ModelUse, Prediction, ground_truth, store_prediction, trace_set_for_run,
                                trace_set_info)

@@ -9,6 +9,7 @@ import pandas as pd
 
 from pmdb.errors import PmdbError
 from pmdb.store import Store
+from pmdb.traces.set_rows import known_ids, trace_set_info
 from simulator.engine import SimResult
 
 
@@ -78,16 +79,6 @@ def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
     return int(prediction_id)
 
 
-def trace_set_info(store: Store, trace_set_id: int) -> dict[str, Any]:
-    """The trace set's row (completed runs only) with its platform's semantics."""
-    frame = store.query("SELECT t.*, p.semantics FROM v_trace_sets t JOIN platforms p ON p.name = t.platform "
-                        "WHERE t.trace_set_id = ?", [int(trace_set_id)])
-    if frame.empty:
-        known = store.query("SELECT trace_set_id FROM v_trace_sets ORDER BY trace_set_id")["trace_set_id"].tolist()
-        raise PmdbError(f"no completed trace set {trace_set_id} (known: {_ids(known)})")
-    return frame.iloc[0].to_dict()
-
-
 def trace_set_for_run(store: Store, workload_run_id: str) -> int:
     """The latest completed trace set recorded for the workload of a workload run (same workload id). Derived trace
     sets (made by the sharding study from a recorded one) have no workload run of their own and are never picked."""
@@ -126,7 +117,3 @@ def ground_truth(store: Store, trace_set_id: int, target_platform: str, mode: st
         if row is not None:
             return row[0], float(row[1])
     return None, own if info["platform"] == target_platform else None
-
-
-def _ids(values: list[Any]) -> str:
-    return ", ".join(str(v) for v in values[:20]) + (" ..." if len(values) > 20 else "") if values else "none"

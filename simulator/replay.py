@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from simulator.engine import TimedOp
-from simulator.graph import Op, RankGraph, Stream, TraceGraph
+from pmdb.traces.graph import Op, RankGraph, Stream, TraceGraph
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pmdb.errors import PmdbError
-from simulator.graph import Stream
+from pmdb.traces.graph import Stream
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

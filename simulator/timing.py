@@ -1,7 +1,7 @@
 """Model-mode timing: kernel times from the target platform's models, CPU times from its overhead table (µs).
 
 Every op (and, on a CPU, every nested op an op is composed of) is mapped to the ops collector's vocabulary
-(:mod:`simulator.opmap`); the rows of each model are predicted in ONE batched call per model per trace. Then:
+(:mod:`pmdb.traces.opmap`); the rows of each model are predicted in ONE batched call per model per trace. Then:
 
 * whole-op models: a registered kernel model of (op, pass) gives the op's device time (on a CPU its time on the
   calling thread, which the microbenchmark measured including its dispatch);
@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.embedding_stats import BATCHED_MARKERS, EmbeddingStats
+from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import TimedOp
-from simulator.graph import Op, Stream, TraceGraph
+from pmdb.traces.graph import Op, Stream, TraceGraph
 from simulator.models import ModelSet, Overheads
-from simulator.opmap import NO_WORK, Mapped, map_op
+from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
 
@@ -41,13 +41,6 @@ class _Row:
     mapped: Mapped
     extra: dict[str, Any] = field(default_factory=dict)
     implementation: str | None = None
-
-
-def implementation(node: Op, mapped: Mapped) -> str | None:
-    """Which measured implementation an op instance is: FBGEMM's TBE or torch EmbeddingBag for lookups."""
-    if mapped.op != "embedding_lookup":
-        return None
-    return "fbgemm_tbe" if any(m in node.name.lower() for m in BATCHED_MARKERS) else "torch_embedding_bag"
 
 
 @dataclass

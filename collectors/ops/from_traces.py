@@ -1,8 +1,8 @@
 """The op shapes of stored workload traces, as configs of the ops collector (``pmdb collect ops --from-traces``).
 
 Only the shapes are taken from a trace, never its timings. Each iteration the simulator would use (the best-linked
-one per trace set) is read with :func:`simulator.graph_from_store.load_graphs`; every top-level op is mapped with
-:func:`simulator.opmap.map_op` to (op, pass, params), and, like model mode on a CPU, an op that maps to nothing the
+one per trace set) is read with :func:`pmdb.traces.from_store.load_graphs`; every top-level op is mapped with
+:func:`pmdb.traces.opmap.map_op` to (op, pass, params), and, like model mode on a CPU, an op that maps to nothing the
 registry measures is replaced by its nested ops. The params become the registry's config: integer axes are
 rounded, and the spec's ``check()`` must accept the result *and* reproduce every traced parameter it derives (a
 conv2d whose padding is not the spec's "same" padding, or a conv1d whose kernel is not 3 wide, cannot be built and
@@ -20,10 +20,10 @@ from collectors.ops import registry
 from collectors.ops.registry import OpSpec, canonical
 from pmdb.errors import PmdbError
 from pmdb.store import Store
-from simulator.graph import Op
-from simulator.graph_from_store import load_graphs
-from simulator.opmap import Mapped, map_op
-from simulator.timing import implementation as traced_implementation
+from pmdb.traces.from_store import load_graphs
+from pmdb.traces.graph import Op
+from pmdb.traces.opmap import Mapped, map_op
+from pmdb.traces.opmap import implementation as traced_implementation
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from collectors.traces import schemas
-from collectors.traces.iterations import et_iterations
+from pmdb.traces.vocabulary import common, split_top_level
+from pmdb.traces.iterations import et_iterations
 from pmdb.errors import PmdbError
 
 
@@ -27,24 +28,6 @@ class EtTrace:
     nodes: pd.DataFrame
     iterations: int
     pid: int | None = None
-
-
-def split_top_level(text: str) -> list[str]:
-    """Split at commas outside brackets: 'Tensor(float),GenericList[Int,Int]' -> two parts."""
-    parts, depth, current = [], 0, []
-    for ch in text:
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(current).strip())
-            current = []
-        else:
-            current.append(ch)
-    if current:
-        parts.append("".join(current).strip())
-    return parts
 
 
 def _flatten(value: Any, type_: Any, width: int) -> list[list]:
@@ -81,7 +64,7 @@ def parse_et(doc: dict, where: str) -> EtTrace:
     nodes = doc.get(cfg["document"]["nodes"])
     if not isinstance(nodes, list) or not nodes:
         raise PmdbError(f"{where}: execution trace without a non-empty '{cfg['document']['nodes']}' list")
-    common = schemas.common()
+    vocab = common()
     paths = dict(cfg["node"], attrs=cfg["attrs_list"])
     width = len(cfg["tensor_value"])
     rows, seen = [], set()
@@ -115,7 +98,7 @@ def parse_et(doc: dict, where: str) -> EtTrace:
         for key in ("input_strides", "output_strides"):
             if got[key] is not None:
                 extra[key] = got[key]
-        if name.startswith(common.et_root_prefix):
+        if name.startswith(vocab.et_root_prefix):
             category = "et_root"
         elif op_schema or name.startswith(("aten::", "c10d::")):
             category = "cpu_op"
@@ -123,7 +106,7 @@ def parse_et(doc: dict, where: str) -> EtTrace:
             category = "user_annotation"
         rows.append({"op_id": int(node_id), "name": name, "parent_id": parent, "et_tid": attrs.get("tid"),
                      "rf_id": attrs.get("rf_id"), "category": category,
-                     "is_collective": bool(common.collective_ops.search(name)),
+                     "is_collective": bool(vocab.collective_ops.search(name)),
                      "input_shapes": got["input_shapes"], "output_shapes": got["output_shapes"],
                      "input_tensors": tensors(got["input_values"], got["input_types"], width),
                      "output_tensors": tensors(got["output_values"], got["output_types"], width),

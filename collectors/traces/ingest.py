@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from collectors.traces.et import EtTrace, parse_et
 from collectors.traces.files import TraceFile, read_trace_file, store_artifact
-from collectors.traces.iterations import aligned_iteration_us
+from pmdb.traces.iterations import aligned_iteration_us
 from collectors.traces.kineto import KinetoTrace, parse_kineto
 from collectors.traces.link import Link, combine, link
 from pmdb.errors import PmdbError
@@ -177,7 +177,7 @@ def _store_rank(store: Store, run_id: str, set_id: int, item: _Parsed, platform:
 
 def update_measured(store: Store, trace_set_id: int) -> float | None:
     """Set trace_sets.measured_us: median over iterations (aligned by position) of the iteration's time over all ranks
-    (:func:`~collectors.traces.iterations.aligned_iteration_us`)."""
+    (:func:`~pmdb.traces.iterations.aligned_iteration_us`)."""
     frame = store.query("SELECT t.rank, i.start_us, i.dur_us FROM trace_iterations i JOIN traces t USING (trace_id) "
                         "JOIN collection_runs r ON r.run_id = t.run_id "
                         "WHERE t.trace_set_id = ? AND t.kind = 'kineto' AND r.status IN ('completed', 'running') "

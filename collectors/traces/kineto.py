@@ -1,7 +1,7 @@
 """The Kineto (Chrome trace JSON) parser: one parser for every schemaVersion, driven by the field and argument
 names of ``schemas/kineto_<v>.json``. Times are µs as the trace gives them (trace clock).
 
-Complete events ('X') are classed by category (``common.json``): CPU-side ops, annotations and runtime calls
+Complete events ('X') are classed by category (``pmdb/traces/vocabulary.json``): CPU-side ops, annotations and runtime calls
 become op rows (nested per thread by time containment), device-side events become kernel rows linked to their
 launch call through the correlation id. Events of other categories are counted and left out.
 """
@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from collectors.traces import schemas
+from pmdb.traces.vocabulary import Vocabulary, common as vocabulary
 from pmdb.errors import PmdbError
-from collectors.traces.iterations import kineto_iterations
+from pmdb.traces.iterations import kineto_iterations
 
 NEST_EPS_US = 1e-3  # timestamps are rounded to ns; a child may end this much after its parent
 
@@ -61,7 +62,7 @@ def parse_kineto(doc: dict, where: str) -> KinetoTrace:
     events = doc.get(d["events"])
     if not isinstance(events, list):
         raise PmdbError(f"{where}: not a Kineto trace: no '{d['events']}' list")
-    common = schemas.common()
+    common = vocabulary()
     unit = float(cfg["time_unit_us"])
     cpu_rows: list[dict[str, Any]] = []
     dev_rows: list[dict[str, Any]] = []
@@ -118,7 +119,7 @@ def parse_kineto(doc: dict, where: str) -> KinetoTrace:
                        ignored=dict(ignored))
 
 
-def _ops_frame(rows: list[dict[str, Any]], common: schemas.Common) -> pd.DataFrame:
+def _ops_frame(rows: list[dict[str, Any]], common: Vocabulary) -> pd.DataFrame:
     """Op rows in start order (parents first on ties) with op_id, parent_id (nesting per thread)."""
     ops = pd.DataFrame(rows)
     ops["neg_dur"] = -ops["dur_us"]
@@ -139,7 +140,7 @@ def _ops_frame(rows: list[dict[str, Any]], common: schemas.Common) -> pd.DataFra
     return ops
 
 
-def _kernels_frame(rows: list[dict[str, Any]], ops: pd.DataFrame, common: schemas.Common) -> pd.DataFrame:
+def _kernels_frame(rows: list[dict[str, Any]], ops: pd.DataFrame, common: Vocabulary) -> pd.DataFrame:
     """Device events in start order, with the launch call (same correlation id) and its innermost CPU op."""
     columns = ["kernel_index", "name", "category", "device", "stream", "correlation", "op_id", "launch_op_id",
                "launch_name", "launch_start_us", "launch_dur_us", "start_us", "dur_us", "is_collective"]

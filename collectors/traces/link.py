@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from collectors.traces.schemas import common
+from pmdb.traces.vocabulary import common
 
 _STEP = re.compile(r"^(ProfilerStep)#\d+$")
 

@@ -8,7 +8,7 @@ import typer
 
 from collectors.traces.files import read_trace_file
 from collectors.traces.ingest import PROFILED_WITH, RankTraces, add_ranks, ingest_trace_set
-from collectors.traces.schemas import common
+from pmdb.traces.vocabulary import common
 from pmdb import platform as platforms
 from pmdb.cli.common import open_store, render
 from pmdb.errors import PmdbError

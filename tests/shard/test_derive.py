@@ -7,11 +7,11 @@ import pytest
 
 from pmdb.errors import PmdbError
 from pmdb.store import Store
-from shard import oparg
+from pmdb.traces import oparg
 from shard.derive import derive
 from shard.plans import Plan, build_plans, resolve_task
 from shard.tables import table_stats
-from simulator.graph_from_store import load_graphs
+from pmdb.traces.from_store import load_graphs
 
 TRACED_BATCH = 1  # the fixture's capture: 1 warm-up batch, then batch 1 is the traced iteration
 pytestmark = pytest.mark.slow

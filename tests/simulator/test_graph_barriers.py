@@ -3,7 +3,7 @@ may parent to the step on one rank only) validate as the same step; other differ
 import pytest
 
 from pmdb.errors import PmdbError
-from simulator.graph import Op, RankGraph, TraceGraph
+from pmdb.traces.graph import Op, RankGraph, TraceGraph
 
 
 def _rank(rank: int, *names: str) -> RankGraph:

@@ -8,8 +8,8 @@ import pytest
 
 from pmdb.store import Store
 from sim_recording import ET_STEPS, KINETO_STEPS
-from simulator.graph import Stream
-from simulator.graph_from_store import load_graphs
+from pmdb.traces.graph import Stream
+from pmdb.traces.from_store import load_graphs
 from simulator.predict import predict_and_store, predict_trace_set, replay_iterations
 
 pytestmark = pytest.mark.slow  # spawns two gloo ranks once per session

@@ -6,7 +6,7 @@ import pytest
 
 from simulator import semantics
 from simulator.engine import simulate
-from simulator.graph import Kernel, Op, RankGraph, Stream, TraceGraph
+from pmdb.traces.graph import Kernel, Op, RankGraph, Stream, TraceGraph
 from simulator.replay import replay_programs, transfer_times
 
 

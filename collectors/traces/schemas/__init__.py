@@ -1,5 +1,5 @@
 """Versioned format configs: one JSON file per Kineto schemaVersion (``kineto_<v>.json``) and per execution-trace
-schema (``et_<v>.json``), plus ``common.json`` (format-independent meaning of names).
+schema (``et_<v>.json``). The format-independent meaning of names is ``pmdb.traces.vocabulary``.
 
 A config maps the parser's logical fields to the field names (dotted paths) of that version, so one parser per
 format reads every version; supporting a new version that only renames or moves fields is a new JSON file here.
@@ -7,8 +7,6 @@ format reads every version; supporting a new version that only renames or moves 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -46,40 +44,6 @@ def config(fmt: str, version: Any, where: str) -> dict[str, Any]:
 
 def fmt_label(fmt: str) -> str:
     return {"kineto": "Kineto trace", "et": "execution trace"}.get(fmt, fmt)
-
-
-@dataclass(frozen=True)
-class Common:
-    """Format-independent meaning of event categories and op names (``common.json``)."""
-
-    categories: dict[str, frozenset[str]]
-    collective_ops: re.Pattern
-    collective_kernels: re.Pattern
-    markers: tuple[tuple[re.Pattern, str], ...]
-    et_root_prefix: str
-    written_inputs: dict[str, tuple[int, ...]]
-    id_link_min_name_agreement: float
-
-    def category_class(self, category: str | None) -> str | None:
-        """'op', 'annotation', 'runtime' or 'device' for a Kineto category; None when pmdb does not use it."""
-        for cls in ("op", "annotation", "runtime", "device"):
-            if category in self.categories[cls]:
-                return cls
-        return None
-
-
-@lru_cache(maxsize=1)
-def common() -> Common:
-    raw = json.loads((HERE / "common.json").read_text())
-    return Common(
-        categories={k: frozenset(v) for k, v in raw["categories"].items()},
-        collective_ops=re.compile("|".join(raw["collective_ops"])),
-        collective_kernels=re.compile("|".join(raw["collective_kernels"])),
-        markers=tuple((re.compile(m["regex"]), m["mode"]) for m in raw["iteration_markers"]),
-        et_root_prefix=raw["et_root_prefix"],
-        written_inputs={k: tuple(v) for k, v in raw["written_inputs"].items()},
-        id_link_min_name_agreement=float(raw["id_link_min_name_agreement"]),
-    )
 
 
 def lookup(obj: Any, path: str) -> tuple[bool, Any]:

@@ -12,7 +12,7 @@ from collectors.traces.et import parse_et
 from collectors.traces.files import read_trace_file
 from collectors.traces.ingest import RankTraces, ingest_trace_set
 from collectors.traces.kineto import parse_kineto
-from collectors.traces.read import storage_edges
+from pmdb.traces.rows import storage_edges
 from pmdb import platform
 from pmdb.cli.main import main
 from pmdb.errors import PmdbError

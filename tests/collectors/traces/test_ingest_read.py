@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from collectors.traces.ingest import RankTraces, add_ranks, ingest_trace_set
-from collectors.traces.read import load_trace_set, storage_edges, top_level_mask, top_level_of, written_storages
+from pmdb.traces.rows import load_trace_set, storage_edges, top_level_mask, top_level_of, written_storages
 from pmdb import platform
 from pmdb.errors import PmdbError
 

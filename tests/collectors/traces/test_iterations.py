@@ -56,7 +56,7 @@ def test_et_nodes_between_steps_belong_to_no_iteration():
 
 
 def test_aligned_iteration_runs_from_the_last_entry_to_the_last_exit():
-    from collectors.traces.iterations import aligned_iteration_us
+    from pmdb.traces.iterations import aligned_iteration_us
 
     # rank 0 enters at 0 and leaves at 500 (it waited for rank 1 at its first collective); rank 1: 200..520
     assert aligned_iteration_us([0.0, 200.0], [500.0, 320.0]) == 320.0

@@ -10,7 +10,7 @@ from collectors.traces.et import parse_et
 from collectors.traces.files import read_trace_file
 from collectors.traces.ingest import RankTraces, ingest_trace_set
 from collectors.traces.kineto import parse_kineto
-from collectors.traces.read import load_trace_set
+from pmdb.traces.rows import load_trace_set
 from pmdb import platform
 
 

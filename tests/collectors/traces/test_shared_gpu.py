@@ -6,7 +6,7 @@ import json
 import pytest
 
 from collectors.traces.ingest import RankTraces, ingest_trace_set
-from collectors.traces.read import load_kernels
+from pmdb.traces.rows import load_kernels
 from pmdb import platform
 
 CPU_SIDE = {"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from collectors.traces.schemas import common
+from pmdb.traces.vocabulary import common
 
 
 def _marker_mode(names: pd.Series) -> tuple[str | None, pd.Series]:

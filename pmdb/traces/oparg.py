@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from simulator.graph import Op
+from pmdb.traces.graph import Op
 
 
 def arg_names(schema: str | None) -> list[str]:
@@ -58,21 +58,28 @@ def set_shape(op: Op, name: str, shape: Any) -> bool:
     return True
 
 
-def get_scalar(op: Op, name: str) -> Any:
-    """The value of a scalar argument (ET scalars first, then Kineto's concrete inputs); None when absent."""
-    i = arg_index(op, name)
-    if i is None:
-        return None
+def scalar_at(op: Op, index: int, keep_unparsed: bool = False) -> Any:
+    """The value of the scalar argument at ``index`` (ET scalars first, then Kineto's concrete inputs); None when
+    absent; a concrete input that is no Python literal is None, or its text with ``keep_unparsed``."""
     scalars = op.attrs.get("scalars")
-    if isinstance(scalars, dict) and str(i) in scalars:
-        return scalars[str(i)]
+    if isinstance(scalars, dict) and str(index) in scalars:
+        return scalars[str(index)]
     concrete = op.attrs.get("concrete_inputs")
-    if isinstance(concrete, list) and i < len(concrete) and concrete[i] not in ("", None):
+    if isinstance(concrete, list) and index < len(concrete) and concrete[index] not in ("", None):
+        value = concrete[index]
+        if not isinstance(value, str):
+            return value
         try:
-            return ast.literal_eval(concrete[i]) if isinstance(concrete[i], str) else concrete[i]
+            return ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            return concrete[i]
+            return value if keep_unparsed else None
     return None
+
+
+def get_scalar(op: Op, name: str) -> Any:
+    """The value of a scalar argument by name; None when absent."""
+    i = arg_index(op, name)
+    return None if i is None else scalar_at(op, i, keep_unparsed=True)
 
 
 def set_scalar(op: Op, name: str, value: Any) -> bool:

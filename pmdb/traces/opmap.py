@@ -18,11 +18,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from simulator.graph import Op
+from pmdb.traces.graph import Op
+from pmdb.traces.oparg import scalar_at
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 # names of batched (FBGEMM TBE) and torch embedding lookups, forward and backward
 EMBEDDING_MARKERS = ("embedding", "splitlookup", "split_embedding")
+BATCHED_MARKERS = ("fbgemm", "split_embedding", "splitlookup", "tbe")  # one lookup covers every table of its rank
 
 
 @dataclass(frozen=True)
@@ -91,19 +93,8 @@ def _rows_cols(shape: list[int]) -> dict[str, float]:
 
 def _scalar(op: Op, index: int, default: Any = None) -> Any:
     """A non-tensor input of the op: ET scalars (by argument index) or Kineto concrete inputs."""
-    scalars = op.attrs.get("scalars")
-    if isinstance(scalars, dict) and str(index) in scalars:
-        return scalars[str(index)]
-    concrete = op.attrs.get("concrete_inputs")
-    if isinstance(concrete, list) and index < len(concrete) and concrete[index] not in ("", None):
-        value = concrete[index]
-        if isinstance(value, str):
-            try:
-                return ast.literal_eval(value)
-            except (ValueError, SyntaxError):
-                return default
-        return value
-    return default
+    value = scalar_at(op, index)
+    return default if value is None else value
 
 
 def _first(value: Any, default: int) -> int:
@@ -361,3 +352,10 @@ def map_op(op: Op) -> Mapped | object | None:
         shape = max(tensors, key=_numel) if tensors else [1]
         return Mapped(ELEMENTWISE.get(short, short.rstrip("_")), "fwd", _rows_cols(shape))
     return None
+
+
+def implementation(node: Op, mapped: Mapped) -> str | None:
+    """Which measured implementation an op instance is: FBGEMM's TBE or torch EmbeddingBag for lookups."""
+    if mapped.op != "embedding_lookup":
+        return None
+    return "fbgemm_tbe" if any(m in node.name.lower() for m in BATCHED_MARKERS) else "torch_embedding_bag"

@@ -15,8 +15,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from collectors.traces.et import split_top_level
-from collectors.traces.schemas import common
+from pmdb.traces.vocabulary import common, split_top_level
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 

@@ -1,4 +1,4 @@
-"""Build :class:`~simulator.graph.TraceGraph` iterations from a stored trace set (times µs, sizes bytes).
+"""Build :class:`~pmdb.traces.graph.TraceGraph` iterations from a stored trace set (times µs, sizes bytes).
 
 Per rank, the units of simulation are the top-level CPU ops of the Kineto trace (ops whose ancestors are only
 annotations), in start order over all CPU threads except the communication threads. An op that contains a
@@ -7,7 +7,7 @@ collective (a custom autograd Function around ``all_to_all_single``, DDP's gradi
 consume its output are found. Kernels are the device events launched under a unit; on a CPU trace a unit's own
 wall time is its work, and a collective's work is its ``gloo:*`` event on the backend's thread. Host syncs are the
 runtime's synchronize calls. The execution trace, when the rank has one, gives shapes and scalars, and the
-producer -> consumer edges by tensor storage id (collectors.traces.read.storage_edges) that tell which op consumes a
+producer -> consumer edges by tensor storage id (pmdb.traces.rows.storage_edges) that tell which op consumes a
 collective's output. Ranks without a Kineto trace are built from the ET alone (no measured times).
 """
 from __future__ import annotations
@@ -18,14 +18,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.traces.iterations import aligned_iteration_us
-from collectors.traces.read import storage_edges
+from pmdb.traces.iterations import aligned_iteration_us
+from pmdb.traces.rows import storage_edges
 from pmdb.errors import PmdbError
 from pmdb.store import Store
-from simulator.graph import Kernel, Op, RankGraph, Stream, TraceGraph
-from simulator.records import trace_set_info
-from simulator.trace_rows import complete_iterations, linked_counts, load_rank_frames
-from simulator.trace_units import SYNC_CALLS, RankUnits, collective_kind, nan_or
+from pmdb.traces.graph import Kernel, Op, RankGraph, Stream, TraceGraph
+from pmdb.traces.set_rows import complete_iterations, linked_counts, load_rank_frames, trace_set_info
+from pmdb.traces.units import SYNC_CALLS, RankUnits, collective_kind, nan_or
 
 BLOCKING_TOLERANCE_US = 50.0  # device and host clocks of a trace disagree by some tens of µs
 _ITEMSIZE = {"float": 4, "double": 8, "half": 2, "c10::half": 2, "c10::bfloat16": 2, "bfloat16": 2, "long int": 8,

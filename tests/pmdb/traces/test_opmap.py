@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.graph import Op
-from simulator.opmap import NO_WORK, Mapped, map_op
+from pmdb.traces.graph import Op
+from pmdb.traces.opmap import NO_WORK, Mapped, map_op
 
 BWD = "autograd::engine::evaluate_function: "
 

@@ -1,6 +1,6 @@
 """Read the stored rows of a trace set that a prediction needs, fast: only the chosen iterations, tensor fields
 extracted by DuckDB (argument, storage id, numel, item size) instead of decoding every JSON value in Python, and
-shapes and scalars only when model mode asks for them. Returns :class:`collectors.traces.read.RankFrames` so the
+shapes and scalars only when model mode asks for them. Returns :class:`pmdb.traces.rows.RankFrames` so the
 rest of the simulator reads one layout. Times µs."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.traces.read import RankFrames
+from pmdb.traces.rows import RankFrames
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 
@@ -244,3 +244,18 @@ def load_rank_frames(store: Store, trace_set_id: int, iterations: list[int] | No
         out[rank] = RankFrames(rank, ops, kineto.get(kid) if kid is not None else None,
                                kernels[kid] if kid is not None else pd.DataFrame(), rank_its, kid, eid)
     return out
+
+
+def trace_set_info(store: Store, trace_set_id: int) -> dict[str, Any]:
+    """The trace set's row (completed runs only) with its platform's semantics."""
+    frame = store.query("SELECT t.*, p.semantics FROM v_trace_sets t JOIN platforms p ON p.name = t.platform "
+                        "WHERE t.trace_set_id = ?", [int(trace_set_id)])
+    if frame.empty:
+        known = store.query("SELECT trace_set_id FROM v_trace_sets ORDER BY trace_set_id")["trace_set_id"].tolist()
+        raise PmdbError(f"no completed trace set {trace_set_id} (known: {known_ids(known)})")
+    return frame.iloc[0].to_dict()
+
+
+def known_ids(values: list[Any]) -> str:
+    """Up to 20 ids for an error message ('none' when there are none)."""
+    return ", ".join(str(v) for v in values[:20]) + (" ..." if len(values) > 20 else "") if values else "none"

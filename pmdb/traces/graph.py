@@ -1,6 +1,6 @@
 """A rank's ops in execution order with their dependencies: the format-independent input of the simulator.
 
-Built from stored traces (:mod:`simulator.graph_from_store`) or by hand (tests). Times are microseconds (µs),
+Built from stored traces (:mod:`pmdb.traces.from_store`) or by hand (tests). Times are microseconds (µs),
 sizes bytes. Measured fields are NaN when the trace did not time them (ET-only ops).
 """
 from __future__ import annotations

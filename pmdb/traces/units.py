@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from collectors.traces.read import RankFrames, top_level_mask
-from simulator.graph import Op, Stream
+from pmdb.traces.rows import RankFrames, top_level_mask
+from pmdb.traces.graph import Op, Stream
 
 # runtime calls that block the host until device work is done, and the streams they wait for
 SYNC_CALLS = {"cudaDeviceSynchronize": (Stream.COMPUTE, Stream.COMM), "cudaStreamSynchronize": (Stream.COMPUTE,),

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from collectors.ops import registry
-from simulator.graph import Op
-from simulator.opmap import BACKWARD_PREFIX, Mapped, map_op
+from pmdb.traces.graph import Op
+from pmdb.traces.opmap import BACKWARD_PREFIX, Mapped, map_op
 
 P = [50257, 256]  # gpt2's token embedding parameter
 MN = {"M": 50257, "N": 256}
