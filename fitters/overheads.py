@@ -41,6 +41,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from pmdb.traces.rows import load_kernels, load_ops, top_level_mask, top_level_of
+from pmdb import platform as platforms
+from pmdb.platform import Semantics
 from pmdb.traces.vocabulary import common
 from pmdb.errors import PmdbError
 from pmdb.store import Store
@@ -139,9 +141,7 @@ def platform_traces(store: Store, platform: str, include_joint: bool) -> pd.Data
 
 def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bool = False) -> dict[str, Any]:
     """Extract, filter and store a new overhead version of ``platform``; returns a summary (version, counts)."""
-    semantics = store.scalar("SELECT semantics FROM platforms WHERE name = ?", [platform])
-    if semantics is None:
-        raise PmdbError(f"unknown platform {platform!r}")
+    semantics = platforms.load(store, platform).semantics
     traces = platform_traces(store, platform, include_joint)
     if traces.empty:
         joint = "" if include_joint else " (Kineto traces recorded with an ET are left out; --include-joint uses them)"
@@ -150,14 +150,14 @@ def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bo
     parts = []
     for trace_id in tqdm(traces["trace_id"].astype(int), desc="extracting overheads", unit="trace", disable=None):
         ops = load_ops(store, trace_id, columns=OP_FIELDS)
-        found = cpu_samples(ops) if semantics == "sync_host" else gpu_samples(ops, load_kernels(store, trace_id))
+        found = cpu_samples(ops) if semantics is Semantics.SYNC_HOST else gpu_samples(ops, load_kernels(store, trace_id))
         parts.append(found.assign(trace_id=trace_id))
     samples = pd.concat(parts, ignore_index=True)
     stats = iqr_summary(samples)
     params = {"t1_window_us": [T1_MIN_US, T1_MAX_US], "iqr_factor": IQR_FACTOR, "include_joint": include_joint,
-              "scope": "every cpu_op" if semantics == "sync_host" else "top-level ops"}
+              "scope": "every cpu_op" if semantics is Semantics.SYNC_HOST else "top-level ops"}
     version = int(store.insert_one("overhead_versions", {
-        "run_id": run_id, "platform": platform, "semantics": semantics,
+        "run_id": run_id, "platform": platform, "semantics": semantics.value,
         "trace_ids": traces["trace_id"].astype(int).tolist(), "params": params}, returning="overhead_version"))
     store.insert("overhead_samples", samples.assign(overhead_version=version))
     store.insert("overheads", stats.assign(overhead_version=version))

@@ -13,12 +13,107 @@ import re
 import shutil
 import socket
 import subprocess
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class DeviceKind(StrEnum):
+    """What runs an op: the host CPU, or a CUDA device."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+class Semantics(StrEnum):
+    """How a rank executes ops (the simulator's rules for each are in ``simulator.semantics``)."""
+
+    SYNC_HOST = "sync_host"        # CPU: ops run on the calling thread, collectives on a communication thread
+    ASYNC_DEVICE = "async_device"  # CUDA: the CPU launches kernels onto compute and communication streams
+
+
+@dataclass(frozen=True)
+class GpuSpecs:
+    """A platform's GPU as registered (detected, from a trace's deviceProperties, or from a spec sheet)."""
+
+    name: str | None
+    count: int | None
+    memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Platform:
+    """One row of ``platforms`` as the stages use it: identity, execution semantics, host and GPU facts."""
+
+    name: str
+    device_kind: DeviceKind
+    semantics: Semantics
+    cpu_model: str | None
+    cpu_cores: int | None          # logical CPUs usable by the process that registered it
+    threads: int | None            # torch intra-op threads when registered
+    memory_bytes: int | None       # host memory, bytes
+    is_imported: bool              # named for data recorded elsewhere, not detected here
+    gpu: GpuSpecs | None
+    row: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # every column, as stored
+
+    @property
+    def sync_host(self) -> bool:
+        return self.semantics is Semantics.SYNC_HOST
+
+    @property
+    def cuda(self) -> bool:
+        return self.device_kind is DeviceKind.CUDA
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None or value != value else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _record(row: dict[str, Any]) -> Platform:
+    gpu = None
+    if row.get("gpu_name") is not None and row.get("gpu_name") == row.get("gpu_name"):
+        gpu = GpuSpecs(str(row["gpu_name"]), _int(row.get("gpu_count")), _int(row.get("gpu_memory_bytes")))
+    return Platform(name=str(row["name"]), device_kind=DeviceKind(row["device_kind"]),
+                    semantics=Semantics(row["semantics"]), cpu_model=row.get("cpu_model"),
+                    cpu_cores=_int(row.get("cpu_cores")), threads=_int(row.get("threads")),
+                    memory_bytes=_int(row.get("memory_bytes")), is_imported=bool(row.get("is_imported")), gpu=gpu,
+                    row=dict(row))
+
+
+def known_names(store: Store) -> list[str]:
+    """Every registered platform name, sorted."""
+    return [r[0] for r in store.conn.execute("SELECT name FROM platforms ORDER BY name").fetchall()]
+
+
+class UnknownPlatform(PmdbError):
+    """A platform name that is not registered (the same message everywhere)."""
+
+    def __init__(self, name: str, known: list[str]):
+        super().__init__(f"unknown platform {name!r} (known: {', '.join(known) or 'none'})")
+        self.name = name
+
+
+def find(store: Store, name: str) -> Platform | None:
+    """The registered platform called ``name``; None when there is none."""
+    frame = store.query("SELECT * FROM platforms WHERE name = ?", [name])
+    return None if frame.empty else _record(frame.iloc[0].to_dict())
+
+
+def load(store: Store, name: str) -> Platform:
+    """The registered platform called ``name``; :class:`UnknownPlatform` when there is none. The one way stages read
+    a platform."""
+    found = find(store, name)
+    if found is None:
+        raise UnknownPlatform(name, known_names(store))
+    return found
 
 
 def _cpu_model() -> str:
@@ -85,8 +180,8 @@ def detect() -> dict[str, Any]:
 
     cuda = torch.cuda.is_available()
     row: dict[str, Any] = {
-        "device_kind": "cuda" if cuda else "cpu",
-        "semantics": "async_device" if cuda else "sync_host",
+        "device_kind": (DeviceKind.CUDA if cuda else DeviceKind.CPU).value,
+        "semantics": (Semantics.ASYNC_DEVICE if cuda else Semantics.SYNC_HOST).value,
         "cpu_model": _cpu_model(),
         "cpu_cores": _usable_cores(),
         "threads": torch.get_num_threads(),
@@ -156,15 +251,15 @@ def ensure_named(store: Store, name: str, *, device_kind: str = "cuda", topology
                  details: dict[str, Any] | None = None) -> str:
     """A platform for imported data recorded on another machine; created when missing. Returns its name."""
     check_name(name)
-    if device_kind not in ("cpu", "cuda"):
+    if device_kind not in tuple(DeviceKind):
         raise PmdbError(f"bad device kind {device_kind!r}: use cpu or cuda")
-    if store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [name]):
+    if find(store, name) is not None:
         if topology:
             store.conn.execute("UPDATE platforms SET interconnect = ? WHERE name = ?", [topology, name])
         return name
     store.insert_one("platforms", {
         "name": name, "device_kind": device_kind,
-        "semantics": "async_device" if device_kind == "cuda" else "sync_host",
+        "semantics": Semantics.ASYNC_DEVICE.value if device_kind == "cuda" else Semantics.SYNC_HOST.value,
         "interconnect": topology, "is_imported": True, "details": details or {}})
     return name
 
@@ -173,15 +268,9 @@ def resolve(store: Store, name: str | None) -> str:
     """The platform to use: the named one (must exist), else this machine (registered on first use)."""
     if name is None:
         return register_local(store)["name"]
-    if not store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [name]):
-        known = [r[0] for r in store.conn.execute("SELECT name FROM platforms ORDER BY name").fetchall()]
-        raise PmdbError(f"unknown platform {name!r} (known: {', '.join(known) or 'none'}; "
-                        f"`pmdb platform --name {name}` registers this machine under that name)")
-    return name
+    return load(store, name).name
 
 
 def describe(store: Store, name: str) -> dict[str, Any]:
-    frame = store.query("SELECT * FROM platforms WHERE name = ?", [name])
-    if frame.empty:
-        raise PmdbError(f"unknown platform {name!r}")
-    return frame.iloc[0].to_dict()
+    """Every stored column of a platform."""
+    return dict(load(store, name).row)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from pmdb.errors import PmdbError
+from pmdb.platform import Semantics
 from pmdb.store import Store
 
 
@@ -32,6 +33,27 @@ class ModelRef:
         return self._model
 
 
+@dataclass(frozen=True)
+class ModelSelection:
+    """What a model-mode prediction was asked for and what that selected, stored as columns of ``predictions``:
+    the ``--models`` spec (an alias or 'name:version,...'), the cache state ('warm', 'cold', 'device', 'blend' or
+    'default'), a digest of every version it selected (first 8 hex of sha256 over sorted 'name:version'), and whether
+    the platform's collectives shared the ranks' cores (:func:`simulator.threads.comm_shares_core`)."""
+
+    spec: str
+    cache_state: str
+    digest: str
+    comm_shares_core: bool = False
+
+    def sharing_core(self, shared: bool) -> "ModelSelection":
+        """This selection with the core rule's outcome."""
+        return ModelSelection(self.spec, self.cache_state, self.digest, shared)
+
+    def label(self) -> str:
+        """One short text for tables: 'champion/cold/1a2b3c4d' (+ '/comm-shares-core')."""
+        return f"{self.spec}/{self.cache_state}/{self.digest}" + ("/comm-shares-core" if self.comm_shares_core else "")
+
+
 @dataclass
 class ModelSet:
     """Kernel models by (op, pass, implementation) and collective models by (collective, world size), plus the
@@ -42,7 +64,7 @@ class ModelSet:
     collectives: dict[tuple[str, int], ModelRef] = field(default_factory=dict)
     peaks: dict[str, float] = field(default_factory=dict)
     spec: str = "champion"
-    selection: str | None = None   # '<spec>/<cache state>/<digest of every selected version>'
+    selection: ModelSelection | None = None
 
     def _key(self, op: str, pass_: str, implementation: str | None) -> tuple[str, str, str] | None:
         for impl in (implementation, "torch"):
@@ -88,7 +110,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int] | None]:
     return "", versions
 
 
-CACHE_PREFERENCE = {"sync_host": ("cold", "warm", "device"), "async_device": ("device", "warm", "cold")}
+CACHE_PREFERENCE = {Semantics.SYNC_HOST: ("cold", "warm", "device"), Semantics.ASYNC_DEVICE: ("device", "warm", "cold")}
 
 
 BLEND = "blend"
@@ -102,7 +124,7 @@ def check_cache_state(cache_state: str | None) -> None:
 
 
 def load_model_set(store: Store, platform: str, spec: str = "champion", cache_state: str | None = None,
-                   semantics: str = "sync_host") -> ModelSet:
+                   semantics: Semantics = Semantics.SYNC_HOST) -> ModelSet:
     """The versions ``spec`` selects (an alias such as 'champion', or 'name:version,...') of ``platform``, loaded
     lazily. Where one (op, pass, implementation) has models of several cache states, the one that matches in-context
     times best on the platform kind is used (cold on CPUs, device timings on GPUs) unless ``cache_state`` says;
@@ -117,7 +139,7 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
     order = CACHE_PREFERENCE.get(semantics, ())
     rank = {state: i for i, state in enumerate(order)}
     out = ModelSet(peaks=platform_peaks(store, platform), spec=spec,
-                   selection=f"{spec}/{cache_state or 'default'}/{digest}")
+                   selection=ModelSelection(spec, cache_state or "default", digest))
     chosen: dict[tuple, Any] = {}
     for ref in refs:
         if ref.is_collective:

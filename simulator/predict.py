@@ -12,31 +12,26 @@ from typing import Any, Iterator
 import pandas as pd
 from tqdm import tqdm
 
+from pmdb import platform as platforms
 from pmdb.errors import PmdbError
+from pmdb.platform import Semantics
 from pmdb.store import Store
+from pmdb.traces.from_store import load_graphs
+from pmdb.traces.graph import TraceGraph
+from pmdb.traces.set_rows import trace_set_info
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
-from pmdb.traces.graph import TraceGraph
-from pmdb.traces.from_store import load_graphs
-from simulator.models import BLEND, Overheads, load_model_set, parse_spec
-from simulator.records import (ModelUse, Prediction, ground_truth, store_prediction, trace_set_for_run,
-                               trace_set_info)
+from simulator.models import BLEND, Overheads, parse_spec
+from simulator.records import Prediction, ground_truth, store_prediction, trace_set_for_run
 from simulator.replay import replay_programs
-from simulator.threads import comm_shares_core, run_threads, thread_mismatch, with_core_rule
-from simulator.timing import ModelTiming
+from simulator.session import PredictionSession
+from simulator.threads import run_threads, thread_mismatch
 
 MODES = ("model", "replay")
 
 
-def _semantics_of(store: Store, platform: str) -> str:
-    value = store.scalar("SELECT semantics FROM platforms WHERE name = ?", [platform])
-    if value is None:
-        raise PmdbError(f"unknown platform {platform!r}")
-    return str(value)
-
-
-def replay_iterations(store: Store, trace_set_id: int, semantics: str) -> list[tuple[TraceGraph, float, SimResult]]:
+def replay_iterations(store: Store, trace_set_id: int, semantics: Semantics) -> list[tuple[TraceGraph, float, SimResult]]:
     """Every complete iteration of a trace set replayed: (its graph, steady-state time in µs, the single
     iteration's result), in trace order."""
     runs = []
@@ -49,7 +44,7 @@ def replay_iterations(store: Store, trace_set_id: int, semantics: str) -> list[t
     return runs
 
 
-def _replay(store: Store, trace_set_id: int, semantics: str) -> tuple[SimResult, float, int]:
+def _replay(store: Store, trace_set_id: int, semantics: Semantics) -> tuple[SimResult, float, int]:
     """Every complete iteration replayed; the median one (by steady-state time) represents them."""
     runs = [(period, single) for _, period, single in replay_iterations(store, trace_set_id, semantics)]
     runs.sort(key=lambda r: r[0])
@@ -90,40 +85,27 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
     info = trace_set_info(store, trace_set_id)
     source = str(info["platform"])
     target = target_platform or source
-    semantics = _semantics_of(store, target)
-    models_used: list[ModelUse] = []
-    unmodelled: list[dict[str, Any]] = []
-    version, selection = None, None
     if mode == "replay" and target != source:
         raise PmdbError("replay mode takes every time from the trace itself: it has no target platform "
                         "(use --mode model with --target-platform)")
     run_id, measured = ground_truth(store, trace_set_id, target, mode, workload_run_id)
     if mode == "replay":
-        result, predicted, iterations = _replay(store, trace_set_id, semantics)
-    else:
-        model_set = load_model_set(store, target, models, cache_state, semantics)
-        overheads = Overheads.latest(store, target, overhead_version)
-        version, selection = overheads.version, model_set.selection
-        workload_id = None if pd.isna(info.get("workload_id")) else int(info["workload_id"])
-        timing = ModelTiming(model_set, overheads, semantics, EmbeddingStats.from_store(store, workload_id))
-        graph = load_graphs(store, trace_set_id, pick="best", detail=semantics == "sync_host")[0]
-        programs = timing.programs(graph)
-        shared = comm_shares_core(store, target, len(graph.ranks), run_threads(store, run_id))
-        selection = with_core_rule(selection, shared)
-        engine = sem_mod.get(semantics, comm_shares_core=shared)
-        result = simulate(programs, engine)
-        predicted, iterations = steady_period(programs, engine, result), 1
-        models_used = [ModelUse(n, v, c) for (n, v), c in sorted(timing.usage.models.items())]
-        unmodelled = timing.usage.unmodelled(graph.measured_us)
-    notes = [] if mode != "model" else \
-        [n for n in [thread_mismatch(store, run_id, [(m.name, m.version) for m in models_used])] if n]
-    for note in notes:
+        result, predicted, iterations = _replay(store, trace_set_id, platforms.load(store, target).semantics)
+        return Prediction(trace_set_id=int(trace_set_id), mode=mode, source_platform=source, target_platform=target,
+                          result=result, predicted_us=predicted, iterations=iterations, measured_us=measured,
+                          workload_run_id=run_id, elapsed_s=time.perf_counter() - started)
+    session = PredictionSession(store, target, models=models, cache_state=cache_state,
+                                overhead_version=overhead_version)
+    workload_id = None if pd.isna(info.get("workload_id")) else int(info["workload_id"])
+    graph = load_graphs(store, trace_set_id, pick="best", detail=session.detail)[0]
+    pred = session.prediction(graph, EmbeddingStats.from_store(store, workload_id), source_platform=source,
+                              trace_set_id=trace_set_id, threads=run_threads(store, run_id), measured_us=measured,
+                              workload_run_id=run_id)
+    pred.warnings = [n for n in [thread_mismatch(store, run_id, [(m.name, m.version) for m in pred.models])] if n]
+    for note in pred.warnings:
         print(f"pmdb: warning: {note}", file=sys.stderr)
-    return Prediction(trace_set_id=int(trace_set_id), mode=mode, source_platform=source, target_platform=target,
-                      result=result, predicted_us=predicted, iterations=iterations, measured_us=measured,
-                      workload_run_id=run_id, models=models_used, overhead_version=version,
-                      model_selection=selection, unmodelled=unmodelled, warnings=notes,
-                      elapsed_s=time.perf_counter() - started)
+    pred.elapsed_s = time.perf_counter() - started
+    return pred
 
 
 def predict_and_store(store: Store, run_id: str, trace_set_id: int | None = None, workload_run_id: str | None = None,
@@ -153,8 +135,9 @@ def pending_runs(store: Store, platform: str, models: str = "champion", cache_st
                        [platform])["run_id"].tolist()
     used = store.query("SELECT p.prediction_id, p.workload_run_id, p.overhead_version, m.name, m.version "
                        "FROM v_predictions p LEFT JOIN prediction_models m USING (prediction_id) "
-                       "WHERE p.mode = 'model' AND p.target_platform = ? AND p.model_selection LIKE ?",
-                       [platform, f"{models}/{cache_state or 'default'}/%"])  # a blend is not the cold prediction
+                       "WHERE p.mode = 'model' AND p.target_platform = ? AND p.selection_spec = ? "
+                       "AND p.selection_cache_state = ?",
+                       [platform, models, cache_state or "default"])  # a blend is not the cold prediction
     fresh = set()
     for (pid, run), group in used.groupby(["prediction_id", "workload_run_id"], dropna=False):
         versions = {(n, int(v)) for n, v in zip(group["name"], group["version"]) if not pd.isna(n)}

@@ -11,6 +11,7 @@ from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.traces.set_rows import known_ids, trace_set_info
 from simulator.engine import SimResult
+from simulator.models import ModelSelection
 
 
 @dataclass
@@ -37,7 +38,7 @@ class Prediction:
     workload_run_id: str | None = None
     models: list[ModelUse] = field(default_factory=list)
     overhead_version: int | None = None
-    model_selection: str | None = None     # '<spec>/<cache state>/<digest of the selected versions>'[/comm-shares-core]
+    model_selection: ModelSelection | None = None  # what model mode was asked for and selected (None in replay)
     unmodelled: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)  # e.g. kernel models fitted at another thread count
@@ -59,6 +60,14 @@ class Prediction:
         return [r.as_dict() for r in self.result.ranks]
 
 
+def _selection_columns(selection: ModelSelection | None) -> dict[str, Any]:
+    """The ``selection_*`` columns of a prediction row (migration 0002)."""
+    if selection is None:
+        return {}
+    return {"selection_spec": selection.spec, "selection_cache_state": selection.cache_state,
+            "selection_digest": selection.digest, "comm_shares_core": selection.comm_shares_core}
+
+
 def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
     """Insert the prediction and its model versions; returns the prediction id."""
     res = pred.result
@@ -66,7 +75,7 @@ def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
         prediction_id = store.insert_one("predictions", {
             "run_id": run_id, "trace_set_id": int(pred.trace_set_id), "workload_run_id": pred.workload_run_id,
             "source_platform": pred.source_platform, "target_platform": pred.target_platform, "mode": pred.mode,
-            "model_set": pred.model_set, "model_selection": pred.model_selection,
+            "model_set": pred.model_set, **_selection_columns(pred.model_selection),
             "overhead_version": pred.overhead_version,
             "predicted_us": float(pred.predicted_us), "isolated_us": res.predicted_us,
             "device_active_us": res.device_active_us,

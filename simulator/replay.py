@@ -11,6 +11,7 @@ import math
 
 from simulator.engine import TimedOp
 from pmdb.traces.graph import Op, RankGraph, Stream, TraceGraph
+from pmdb.platform import Semantics
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
 
@@ -66,11 +67,11 @@ def transfer_times(graph: TraceGraph) -> list[list[float]]:
     return out
 
 
-def replay_rank(graph: RankGraph, semantics: str, transfers: list[float] | None = None) -> list[TimedOp]:
+def replay_rank(graph: RankGraph, semantics: Semantics, transfers: list[float] | None = None) -> list[TimedOp]:
     """The rank's ops with the trace's own times (collectives with ``transfers``, this rank's durations without
     waits, which also end each collective on this rank: see :attr:`TimedOp.after_last_us`); a final op carries the
     measured tail of the iteration."""
-    sync_host = semantics == "sync_host"
+    sync_host = semantics == Semantics.SYNC_HOST
     transfer = dict(zip(graph.collectives(), transfers or []))
     out = []
     for index, op in enumerate(graph.ops):
@@ -101,7 +102,7 @@ def replay_rank(graph: RankGraph, semantics: str, transfers: list[float] | None 
     return out
 
 
-def replay_programs(graph: TraceGraph, semantics: str) -> list[list[TimedOp]]:
+def replay_programs(graph: TraceGraph, semantics: Semantics) -> list[list[TimedOp]]:
     """Per rank, the replayed program of one iteration."""
     per_rank = list(zip(*transfer_times(graph))) or [() for _ in graph.ranks]
     return [replay_rank(rank, semantics, list(transfers)) for rank, transfers in zip(graph.ranks, per_rank)]

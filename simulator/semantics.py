@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pmdb.errors import PmdbError
+from pmdb.platform import Semantics
 from pmdb.traces.graph import Stream
 
 COMPUTE = int(Stream.COMPUTE)
@@ -59,7 +60,7 @@ class RankState:
 class AsyncDevice:
     """CUDA-like semantics (paper Algorithm 1 as written)."""
 
-    name = "async_device"
+    name = Semantics.ASYNC_DEVICE
     kernel_gap_us = 1.0  # minimum gap between consecutive kernels on one stream (Algorithm 1, line 21)
 
     def intra_sync(self, s: RankState) -> None:
@@ -79,7 +80,7 @@ class AsyncDevice:
 class SyncHost:
     """CPU semantics: compute on the calling thread, collectives on a communication thread."""
 
-    name = "sync_host"
+    name = Semantics.SYNC_HOST
     kernel_gap_us = 0.0
 
     def __init__(self, comm_shares_core: bool = False):
@@ -106,12 +107,10 @@ class SyncHost:
                 s.cpu += dur
 
 
-SEMANTICS = {"async_device": AsyncDevice, "sync_host": SyncHost}
-
-
-def get(name: str, comm_shares_core: bool = False) -> AsyncDevice | SyncHost:
-    """The semantics object of a platform's ``semantics`` column (``comm_shares_core``: sync_host only, see
-    :class:`SyncHost`)."""
-    if name not in SEMANTICS:
-        raise PmdbError(f"unknown execution semantics {name!r} (known: {', '.join(SEMANTICS)})")
-    return SyncHost(comm_shares_core) if name == SyncHost.name else AsyncDevice()
+def get(semantics: Semantics | str, comm_shares_core: bool = False) -> AsyncDevice | SyncHost:
+    """The rules of a platform's execution semantics (``comm_shares_core``: sync_host only, see :class:`SyncHost`)."""
+    try:
+        kind = Semantics(semantics)
+    except ValueError:
+        raise PmdbError(f"unknown execution semantics {semantics!r} (known: {', '.join(Semantics)})") from None
+    return SyncHost(comm_shares_core) if kind is Semantics.SYNC_HOST else AsyncDevice()

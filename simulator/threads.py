@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from pmdb.platform import Platform
 from pmdb.store import Store
 
 _MODEL_THREADS = """
@@ -55,19 +56,10 @@ def thread_mismatch(store: Store, workload_run_id: str | None, versions: list[tu
             f"describe that configuration")
 
 
-SHARED_CORE = "comm-shares-core"   # suffix of a prediction's model_selection when the rule below applied
-
-
-def comm_shares_core(store: Store, platform: str, world_size: int, threads: int | None) -> bool:
+def comm_shares_core(platform: Platform | None, world_size: int, threads: int | None) -> bool:
     """Whether the ranks of a sync-host (CPU) platform leave no core to their communication threads: the platform's
     usable cores are fewer than world size x (intra-op threads per rank, 1 when unknown, + 1 communication thread).
     The ranks are taken to share the platform's one host (a CPU platform is one machine). Never on async devices."""
-    row = store.query("SELECT semantics, cpu_cores FROM platforms WHERE name = ?", [platform])
-    if row.empty or row.iloc[0]["semantics"] != "sync_host" or pd.isna(row.iloc[0]["cpu_cores"]) or world_size < 2:
+    if platform is None or not platform.sync_host or platform.cpu_cores is None or world_size < 2:
         return False
-    return int(row.iloc[0]["cpu_cores"]) < world_size * ((threads or 1) + 1)
-
-
-def with_core_rule(selection: str, shared: bool) -> str:
-    """A prediction's model selection, marked when its collectives shared the ranks' cores."""
-    return f"{selection}/{SHARED_CORE}" if shared else selection
+    return platform.cpu_cores < world_size * ((threads or 1) + 1)

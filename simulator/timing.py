@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pmdb.platform import Semantics
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import TimedOp
 from pmdb.traces.graph import Op, Stream, TraceGraph
@@ -66,11 +67,11 @@ class Usage:
 class ModelTiming:
     """Turns TraceGraphs into timed programs with a platform's models and overheads."""
 
-    def __init__(self, models: ModelSet, overheads: Overheads, semantics: str,
+    def __init__(self, models: ModelSet, overheads: Overheads, semantics: Semantics,
                  embedding: EmbeddingStats | None = None):
         self.models = models
         self.overheads = overheads
-        self.sync_host = semantics == "sync_host"
+        self.sync_host = semantics == Semantics.SYNC_HOST
         self.embedding = embedding or EmbeddingStats()
         self.usage = Usage()
         self._time: dict[int, float] = {}

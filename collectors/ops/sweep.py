@@ -26,6 +26,7 @@ from collectors.ops.summary import SweepSummary
 from collectors.ops.timer import CacheFlusher, TimerSettings, measure, timing_environment
 from collectors.ops.writer import BatchWriter
 from collectors.workloads.allocator import apply_in_process
+from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Run, Store
 
@@ -130,8 +131,7 @@ def config_key(op: str, pass_: str, implementation: str, dtype: str, threads: in
 
 
 def _device(store: Store, platform: str) -> torch.device:
-    kind = store.scalar("SELECT device_kind FROM platforms WHERE name = ?", [platform])
-    if kind == "cuda":
+    if platforms.load(store, platform).cuda:
         if not torch.cuda.is_available():
             raise PmdbError(f"platform {platform} is a CUDA platform but no CUDA device is visible here")
         return torch.device("cuda:0")

@@ -24,6 +24,7 @@ from collectors.traces.files import TraceFile, read_trace_file, store_artifact
 from pmdb.traces.iterations import aligned_iteration_us
 from collectors.traces.kineto import KinetoTrace, parse_kineto
 from collectors.traces.link import Link, combine, link
+from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 
@@ -91,8 +92,7 @@ def ingest_trace_set(store: Store, run_id: str, platform: str, ranks: list[RankT
     """Store the traces of ``ranks`` as a new trace set of ``platform`` written by run ``run_id``; returns its id."""
     if source not in SOURCES:
         raise PmdbError(f"bad trace-set source {source!r}: use {', '.join(SOURCES)}")
-    if not store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [platform]):
-        raise PmdbError(f"unknown platform {platform!r}")
+    platforms.load(store, platform)  # refuses an unknown name
     parsed = _parse_all(ranks)
     set_id = store.insert_one("trace_sets", {
         "run_id": run_id, "platform": platform, "label": label, "workload_id": workload_id,

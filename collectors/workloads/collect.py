@@ -20,6 +20,7 @@ from collectors.workloads.runner import launch
 from collectors.workloads.store_rows import ensure_workload, write_ground_truth
 from collectors.workloads.transformer import TransformerConfig
 from collectors.workloads.worker import WorkloadJob, run_rank
+from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 
@@ -50,8 +51,7 @@ class WorkloadRequest:
 
 def collect_workload(store: Store, platform: str, request: WorkloadRequest, args: dict[str, Any]) -> dict[str, Any]:
     """Run the workload under a 'workload' collection run; returns the run summary."""
-    is_imported = store.scalar("SELECT is_imported FROM platforms WHERE name = ?", [platform])
-    if is_imported:
+    if platforms.load(store, platform).is_imported:
         raise PmdbError(f"platform {platform!r} holds imported data; measure under this machine's platform")
     env = allocator_env()
     with store.run("workload", platform, args) as run:

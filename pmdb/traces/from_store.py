@@ -21,6 +21,7 @@ import pandas as pd
 from pmdb.traces.iterations import aligned_iteration_us
 from pmdb.traces.rows import storage_edges
 from pmdb.errors import PmdbError
+from pmdb.platform import Semantics
 from pmdb.store import Store
 from pmdb.traces.graph import Kernel, Op, RankGraph, Stream, TraceGraph
 from pmdb.traces.set_rows import complete_iterations, linked_counts, load_rank_frames, trace_set_info
@@ -244,7 +245,7 @@ def load_graphs(store: Store, trace_set_id: int, *, pick: str = "all", detail: b
         ranks = [per_rank[r][k] for r in sorted(per_rank)]
         measured = [g.measured_us for g in ranks]
         known = not any(map(math.isnan, measured + [g.start_us for g in ranks]))
-        out.append(TraceGraph(ranks, info["semantics"], info["platform"], int(trace_set_id),
+        out.append(TraceGraph(ranks, Semantics(info["semantics"]), info["platform"], int(trace_set_id),
                               measured_us=aligned_iteration_us([g.start_us for g in ranks], measured) if known
                               else float("nan")).validate())
     return out

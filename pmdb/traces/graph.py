@@ -11,6 +11,7 @@ from enum import IntEnum
 from typing import Any, Iterator
 
 from pmdb.errors import PmdbError
+from pmdb.platform import Semantics
 
 NAN = math.nan
 
@@ -110,7 +111,7 @@ class TraceGraph:
     """All ranks of one iteration of a trace set, with the execution semantics of the platform it ran on."""
 
     ranks: list[RankGraph]
-    semantics: str                          # 'async_device' or 'sync_host'
+    semantics: Semantics                    # of the platform it ran on
     source_platform: str | None = None
     trace_set_id: int | None = None
     measured_us: float = NAN                # the iteration over all ranks: last entry to last exit (µs)

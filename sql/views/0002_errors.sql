@@ -17,7 +17,10 @@ CREATE OR REPLACE VIEW v_prediction_errors AS
     SELECT p.prediction_id, p.trace_set_id, p.workload_run_id, p.source_platform, p.target_platform AS platform,
            p.mode, coalesce(p.model_set, '(trace durations)') AS model_set,
            CASE WHEN p.mode = 'replay' THEN 'replay'
-                ELSE coalesce(p.model_selection, 'set-' || left(md5(p.model_set), 8)) END AS model_set_id,
+                WHEN p.selection_spec IS NOT NULL
+                THEN p.selection_spec || '/' || p.selection_cache_state || '/' || p.selection_digest
+                     || CASE WHEN p.comm_shares_core THEN '/comm-shares-core' ELSE '' END
+                ELSE 'set-' || left(md5(p.model_set), 8) END AS model_set_id,
            p.overhead_version,
            coalesce(w.family, 'other') AS family, coalesce(w.name, t.label) AS workload, t.world_size,
            w.batch_size, w.sharder, p.predicted_us, p.measured_us, p.baseline_us, p.device_active_us,
@@ -32,12 +35,13 @@ CREATE OR REPLACE VIEW v_prediction_errors AS
     JOIN trace_sets t USING (trace_set_id)
     LEFT JOIN workloads w ON w.workload_id = t.workload_id
     WHERE p.measured_us IS NOT NULL AND p.measured_us > 0
-    QUALIFY row_number() OVER (PARTITION BY p.trace_set_id, p.mode, p.model_set, p.model_selection, p.target_platform,
+    QUALIFY row_number() OVER (PARTITION BY p.trace_set_id, p.mode, p.model_set, p.selection_spec, p.selection_cache_state,
+                                            p.selection_digest, p.comm_shares_core, p.target_platform,
                                             p.overhead_version, p.workload_run_id
                                ORDER BY p.created_at DESC, p.prediction_id DESC) = 1;
 
 -- E2E errors by platform, workload family, world size, mode and model-version set. model_set_id is the selection
--- ('<--models spec>/<cache state>/<digest of every version selected>'), shared by the workloads predicted with
+-- ('<--models spec>/<cache state>/<digest of every version selected>', from the selection_* columns), shared by the workloads predicted with
 -- the same champions; v_prediction_errors keeps model_set, the versions each prediction actually used.
 CREATE OR REPLACE VIEW v_e2e_errors AS
     SELECT platform, family, world_size, mode, model_set_id,

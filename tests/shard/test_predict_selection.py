@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from pmdb import platform as platforms
 from pmdb.store import Store
 from simulator.threads import comm_shares_core
 
@@ -31,13 +32,15 @@ def test_version_spec_and_cache_state_are_used_and_recorded(shard_ws, capsys):
     capsys.readouterr()
     with Store.open(shard_ws.workspace, read_only=True) as store:
         study = int(store.scalar("SELECT max(study_id) FROM v_shard_studies"))
-        preds = store.query("SELECT prediction_id, model_selection FROM predictions WHERE prediction_id IN "
+        preds = store.query("SELECT prediction_id, selection_spec || '/' || selection_cache_state || '/' || "
+                            "selection_digest || CASE WHEN comm_shares_core THEN '/comm-shares-core' ELSE '' END "
+                            "AS model_selection FROM predictions WHERE prediction_id IN "
                             "(SELECT prediction_id FROM v_shard_plans WHERE study_id = ?)", [study])
         used = store.query("SELECT DISTINCT name, version FROM prediction_models WHERE prediction_id IN "
                            "(SELECT unnest(?::BIGINT[]))", [preds["prediction_id"].astype(int).tolist()])
         platform = store.scalar("SELECT platform FROM v_shard_studies WHERE study_id = ?", [study])
         # the plans run one thread per rank: whether their collectives share the ranks' cores is this machine's
-        shared = "/comm-shares-core" if comm_shares_core(store, platform, 2, 1) else ""
+        shared = "/comm-shares-core" if comm_shares_core(platforms.load(store, platform), 2, 1) else ""
     assert len(preds) == 2
     assert all(re.fullmatch(re.escape(spec) + r"/cold/[0-9a-f]{8}" + shared, s) for s in preds["model_selection"])
     assert preds["model_selection"].nunique() == 1

@@ -3,6 +3,7 @@ one batched call per model, and the stored prediction's links to the registered 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -104,9 +105,10 @@ def test_model_mode_through_the_registry(cpu_trace_set):
     assert links.values.tolist() == [[name, version, 16]]  # 6 linears and 10 nested matrix products
     row = store.query("SELECT * FROM v_predictions WHERE prediction_id = ?", [pid]).iloc[0]
     assert row["model_set"] == f"{name}:{version}"
-    assert row["model_selection"].startswith("champion/default/")  # the selection the error views group by
+    assert (row["selection_spec"], row["selection_cache_state"]) == ("champion", "default")
+    assert re.fullmatch("[0-9a-f]{8}", row["selection_digest"]) and row["comm_shares_core"] in (True, False)
     assert store.scalar("SELECT model_set_id FROM v_prediction_errors WHERE prediction_id = ?", [pid]) == \
-        row["model_selection"]
+        pred.model_selection.label()  # the selection the error views group by
     assert row["overhead_version"] == Overheads.latest(store, platform).version
     assert row["measured_us"] == pytest.approx(store.scalar(
         "SELECT measured_us FROM trace_sets WHERE trace_set_id = ?", [ts]))

@@ -81,11 +81,12 @@ def test_comm_shares_core_when_the_ranks_leave_no_core_to_spare(store):
     store.conn.execute("UPDATE platforms SET cpu_cores = 4 WHERE name IN (?, ?)", [cpu, gpu])
     assert store.scalar("SELECT semantics FROM platforms WHERE name = ?", [cpu]) == "sync_host"
     # 4 cores: 2 ranks x (1 thread + 1 communication thread) fit, 2 x (2 + 1) or 4 x (1 + 1) do not
-    assert not comm_shares_core(store, cpu, 2, 1) and not comm_shares_core(store, cpu, 2, None)
-    assert comm_shares_core(store, cpu, 2, 2) and comm_shares_core(store, cpu, 4, 1)
-    assert not comm_shares_core(store, cpu, 1, 8)        # one rank: no collectives to share with
-    assert not comm_shares_core(store, gpu, 8, 1)        # device streams, not host threads
-    assert not comm_shares_core(store, "nowhere", 2, 1)
+    cpu, gpu = platforms.load(store, cpu), platforms.load(store, gpu)
+    assert not comm_shares_core(cpu, 2, 1) and not comm_shares_core(cpu, 2, None)
+    assert comm_shares_core(cpu, 2, 2) and comm_shares_core(cpu, 4, 1)
+    assert not comm_shares_core(cpu, 1, 8)        # one rank: no collectives to share with
+    assert not comm_shares_core(gpu, 8, 1)        # device streams, not host threads
+    assert not comm_shares_core(platforms.find(store, "nowhere"), 2, 1)
 
 
 def test_prediction_records_shared_cores(store, cpu_trace_files):
@@ -95,8 +96,9 @@ def test_prediction_records_shared_cores(store, cpu_trace_files):
     for cores in (2, 64):
         store.conn.execute("UPDATE platforms SET cpu_cores = ? WHERE name = ?", [cores, platform])
         results[cores] = predict_trace_set(store, ts, mode="model", workload_run_id=truth)
-    assert results[2].model_selection.endswith("/comm-shares-core")
-    assert results[64].model_selection == results[2].model_selection.rsplit("/", 1)[0]
+    assert results[2].model_selection.comm_shares_core and results[2].model_selection.label().endswith(
+        "/comm-shares-core")
+    assert results[64].model_selection == results[2].model_selection.sharing_core(False)
     # the collectives' work can no longer overlap the ranks' compute (here every collective's output is consumed
     # at once, so nothing overlapped: never faster; the engine tests show the lost overlap)
     assert results[2].predicted_us >= results[64].predicted_us > 0

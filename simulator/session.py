@@ -1,0 +1,79 @@
+"""One prediction session: everything model mode predicts with on one target platform — the platform record and its
+execution semantics, the selected kernel/collective model versions, the overhead table, the core rule and the timing
+of a graph's ops. ``pmdb predict``, the sharding study and anything later that predicts use it. Times µs."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pmdb import platform as platforms
+from pmdb.platform import Platform
+from pmdb.store import Store
+from pmdb.traces.graph import TraceGraph
+from simulator import semantics as sem_mod
+from simulator.embedding_stats import EmbeddingStats
+from simulator.engine import SimResult, simulate, steady_period
+from simulator.models import ModelSelection, ModelSet, Overheads, check_cache_state, load_model_set
+from simulator.records import ModelUse, Prediction
+from simulator.threads import comm_shares_core
+from simulator.timing import ModelTiming
+
+
+@dataclass
+class Simulated:
+    """One graph simulated in model mode."""
+
+    result: SimResult             # one iteration from an idle machine
+    predicted_us: float           # steady-state iteration time
+    models: list[ModelUse]        # versions used and how many ops each priced
+    unmodelled: list[dict]        # ops no model priced, with their share of the traced time
+    selection: ModelSelection     # what was selected, with the core rule's outcome
+
+
+class PredictionSession:
+    """Loads a target platform's models and overheads once; simulates any number of graphs on it.
+
+    ``models`` is an alias ('champion', 'latest') or a version spec 'name:version,...'; ``cache_state`` warm, cold,
+    device or blend (None: per platform kind — cold on CPUs, device timings on GPUs); ``overhead_version`` None for
+    the latest of the platform."""
+
+    def __init__(self, store: Store, target_platform: str, *, models: str = "champion",
+                 cache_state: str | None = None, overhead_version: int | None = None):
+        check_cache_state(cache_state)
+        self.platform: Platform = platforms.load(store, target_platform)
+        self.models: ModelSet = load_model_set(store, self.platform.name, models, cache_state,
+                                               self.platform.semantics)
+        self.overheads: Overheads = Overheads.latest(store, self.platform.name, overhead_version)
+
+    @property
+    def detail(self) -> bool:
+        """Whether graphs need every nested op (CPU overheads are per op call, so sync-host platforms do)."""
+        return self.platform.sync_host
+
+    def shares_core(self, world_size: int, threads: int | None) -> bool:
+        """The core rule for a graph of ``world_size`` ranks of ``threads`` intra-op threads each."""
+        return comm_shares_core(self.platform, world_size, threads)
+
+    def simulate(self, graph: TraceGraph, embedding: EmbeddingStats, threads: int | None) -> Simulated:
+        """Price every op of ``graph`` with the session's models and run Algorithm 1 over its ranks."""
+        timing = ModelTiming(self.models, self.overheads, self.platform.semantics, embedding)
+        programs = timing.programs(graph)
+        shared = self.shares_core(len(graph.ranks), threads)
+        engine = sem_mod.get(self.platform.semantics, comm_shares_core=shared)
+        result = simulate(programs, engine)
+        used = [ModelUse(n, v, c) for (n, v), c in sorted(timing.usage.models.items())]
+        return Simulated(result, steady_period(programs, engine, result), used,
+                         timing.usage.unmodelled(graph.measured_us), self.models.selection.sharing_core(shared))
+
+    def prediction(self, graph: TraceGraph, embedding: EmbeddingStats, *, source_platform: str,
+                   trace_set_id: int = -1, threads: int | None = None, measured_us: float | None = None,
+                   workload_run_id: str | None = None) -> Prediction:
+        """A storable model-mode prediction of ``graph`` (``trace_set_id`` -1 until a derived graph is stored)."""
+        started = time.perf_counter()
+        run = self.simulate(graph, embedding, threads)
+        return Prediction(trace_set_id=int(trace_set_id), mode="model", source_platform=source_platform,
+                          target_platform=self.platform.name, result=run.result, predicted_us=run.predicted_us,
+                          iterations=1, measured_us=measured_us, workload_run_id=workload_run_id,
+                          models=run.models, overhead_version=self.overheads.version,
+                          model_selection=run.selection, unmodelled=run.unmodelled,
+                          elapsed_s=time.perf_counter() - started)
