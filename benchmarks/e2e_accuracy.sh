@@ -15,7 +15,7 @@ P="$HERE/.venv/bin/pmdb --home $WS"
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true
 date
 $P init
-OPS=$("$HERE/.venv/bin/python" -c "from collectors.ops import registry; print(' '.join(n for n in sorted(registry.load()) if n not in ('conv1d', 'conv2d', 'batch_norm')))")
+OPS=$("$HERE/.venv/bin/python" -c "from collectors.ops import catalogue as registry; print(' '.join(n for n in sorted(registry.load()) if n not in ('conv1d', 'conv2d', 'batch_norm')))")
 # one process per op: glibc's heap history of one op's configs does not reach the next op's big allocations
 for op in $OPS; do $P collect ops --op "$op" --sweep default --cache both --no-progress; done
 $P collect comms --world-size 2 --ops all_reduce,all_to_all --max-bytes 64MiB --iters 50 --no-progress

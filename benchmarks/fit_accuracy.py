@@ -29,9 +29,9 @@ KERNEL_TARGET, COLLECTIVE_TARGET = 0.05, 0.07
 def _model_kinds() -> dict[str, str]:
     """op -> 'ml' or 'roofline' as the ops collector classifies it (informational; empty when unavailable)."""
     try:
-        from collectors.ops import registry
-        registry.get("relu")  # loads the op families
-        return {name: spec.model for name, spec in registry.REGISTRY.items()}
+        from collectors.ops import catalogue
+        catalogue.get("relu")  # loads the op families
+        return {name: spec.model for name, spec in catalogue.REGISTRY.items()}
     except Exception:  # the collectors are not importable: the report just lacks the column
         return {}
 

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from collectors.ops import registry
-from collectors.ops.registry import BuildContext
+from collectors.ops import catalogue
+from collectors.ops.catalogue import BuildContext
 from collectors.ops.sweep import Sweep, SweepOptions
 from collectors.ops.timer import TimerSettings, time_cpu
 from pmdb import platform as platforms
@@ -66,7 +66,7 @@ def per_call_overhead(rounds: int) -> None:
     print(f"{'op':16s} {'config':34s} {'bare µs':>10s} {'collector µs':>13s} {'overhead':>9s}")
     ctx = BuildContext(torch.device("cpu"), seed=0)
     for op, given in CONFIGS:
-        spec = registry.get(op)
+        spec = catalogue.get(op)
         config = spec.check(given)
         built = spec.build(config, ctx)
         bare, _ = bare_call(op, config, ctx)

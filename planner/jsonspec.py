@@ -1,10 +1,10 @@
 """Validation of small JSON descriptions (systems, models): unknown keys and missing fields are refused by name."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from pmdb import jsonfile
 from pmdb.errors import PmdbError
 
 # A field spec: name -> (type or tuple of types, required). Nested objects use a dict spec as the type.
@@ -13,15 +13,7 @@ Spec = Mapping[str, tuple[Any, bool]]
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
     """The JSON object in ``path``; a PmdbError naming the file when it is missing or not a JSON object."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise PmdbError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise PmdbError(f"{what} file {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    if not isinstance(data, dict):
-        raise PmdbError(f"{what} file {path} must hold a JSON object")
-    return data
+    return jsonfile.read_json(path, what, want_object=True)
 
 
 def check(data: Mapping[str, Any], spec: Spec, where: str) -> None:

@@ -3,7 +3,7 @@ the store, so every figure matches the data it was drawn from.
 
 Sections: kernel-model test error histograms per op; collective curves over their points (paper Fig. 9);
 predicted vs measured vs baseline per workload (Fig. 10/11) and the per-rank, per-stream breakdown with idle time
-(Fig. 2), both drawn by :mod:`simulator.report`; the sharding study table (Table IV); the planner's time against GPU
+(Fig. 2), both drawn by :mod:`report.prediction_figures`; the sharding study table (Table IV); the planner's time against GPU
 count when planner sweeps exist. A section without data says what is missing and which command produces it.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from report import figures
-from simulator.errors import named
+from simulator.error_stats import named
 
 PAGE = "index.html"
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;font-size:12px}"
@@ -95,7 +95,7 @@ def _collectives_section(store: Store, out: Path, platform: str | None) -> Secti
 
 
 def _predictions_section(store: Store, out: Path, platform: str | None) -> list[Section]:
-    from simulator.report import predicted_vs_measured, stream_breakdown
+    from report.prediction_figures import predicted_vs_measured, stream_breakdown
 
     errors = _on(named(store, "e2e_errors"), platform)
     fig10 = Section("predictions", "Predicted vs measured vs baseline per workload (Fig. 10/11)",

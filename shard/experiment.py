@@ -24,7 +24,7 @@ from pmdb.errors import PmdbError
 from pmdb.store import Store
 from shard.plans import resolve_task
 from shard.study import StudySettings, run_study
-from simulator.errors import named
+from simulator.error_stats import named
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def ensure_tasks(store: Store, exp: Experiment) -> list[int]:
 def model_digest(store: Store, platform: str, models: str, cache_state: str | None) -> str:
     """Short digest of the model versions ``models`` selects on ``platform`` (names and versions)."""
     from fitters.load import select_models
-    from simulator.models import parse_spec
+    from simulator.model_set import parse_spec
 
     alias, versions = parse_spec(models)
     refs = select_models(store, platform, alias or "champion", versions=versions, cache_state=cache_state)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from shard.derive import DerivedPlan
-from simulator.models import ModelSet
-from simulator.records import Prediction
+from simulator.model_set import ModelSet
+from simulator.store_rows import Prediction
 from simulator.session import PredictionSession
 
 LOOKUP = "fbgemm_tbe"  # the implementation the derived traces use (shard.plans refuses other configs)

@@ -12,7 +12,7 @@ from pmdb.store import Store
 from shard.derive import DerivedPlan
 from shard.plans import ShardTask
 from shard.runs import Measured
-from simulator.records import Prediction, store_prediction
+from simulator.store_rows import Prediction, store_prediction
 
 
 def _none(value: float | None) -> float | None:

@@ -22,7 +22,7 @@ from shard.runs import Measured, RunSettings, capture, ground_truth
 from shard.source import Source, find_source
 from shard.tables import table_stats
 from pmdb.traces.from_store import load_graphs
-from simulator.records import Prediction
+from simulator.store_rows import Prediction
 
 SUCCESS_MARGIN = 0.10
 

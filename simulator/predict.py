@@ -22,8 +22,8 @@ from pmdb.traces.set_rows import trace_set_info
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
-from simulator.models import BLEND, Overheads, parse_spec
-from simulator.records import Prediction, ground_truth, store_prediction, trace_set_for_run
+from simulator.model_set import BLEND, Overheads, parse_spec
+from simulator.store_rows import Prediction, ground_truth, store_prediction, trace_set_for_run
 from simulator.replay import replay_programs
 from simulator.session import PredictionSession
 from simulator.threads import run_threads, thread_mismatch

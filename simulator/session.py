@@ -13,8 +13,8 @@ from pmdb.traces.graph import TraceGraph
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
-from simulator.models import ModelSelection, ModelSet, Overheads, check_cache_state, load_model_set
-from simulator.records import ModelUse, Prediction
+from simulator.model_set import ModelSelection, ModelSet, Overheads, check_cache_state, load_model_set
+from simulator.store_rows import ModelUse, Prediction
 from simulator.threads import comm_shares_core
 from simulator.timing import ModelTiming
 

@@ -24,7 +24,7 @@ from pmdb.platform import Semantics
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import TimedOp
 from pmdb.traces.graph import Op, Stream, TraceGraph
-from simulator.models import ModelSet, Overheads
+from simulator.model_set import ModelSet, Overheads
 from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)

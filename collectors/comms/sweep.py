@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from collectors.comms import launch
+from collectors.comms import sweep_ranks
 from collectors.comms.bus import from_buffers
 from collectors.comms.config import SweepConfig, TorchrunEnv, is_oversubscribed, usable_cores
-from collectors.comms.records import TABLE, latency_stats, make_row, write_atomic
+from collectors.comms.store_rows import TABLE, latency_stats, make_row, write_atomic
 from collectors.comms.sizes import COLLECTIVES, Step
 from collectors.comms.worker import LoopSettings, RankContext, Reporter, run_steps
 from pmdb.errors import PmdbError
@@ -40,14 +40,14 @@ def _rank_main(ctx: RankContext, report: Reporter | None, payload: tuple[list[St
     run_steps(ctx, steps, settings, report)
 
 
-def _measure(config: SweepConfig, steps: list[Step], on_step: launch.OnStep | None,
+def _measure(config: SweepConfig, steps: list[Step], on_step: sweep_ranks.OnStep | None,
              env: TorchrunEnv | None) -> None:
     payload = (steps, LoopSettings(config.iters, config.warmup, config.dtype))
     if env is not None:
-        launch.run_inline(_rank_main, env, payload, threads=config.threads, on_step=on_step,
+        sweep_ranks.run_inline(_rank_main, env, payload, threads=config.threads, on_step=on_step,
                           timeout_s=config.timeout_s)
     else:
-        launch.spawn(_rank_main, config.world_size, payload, threads=config.threads,
+        sweep_ranks.spawn(_rank_main, config.world_size, payload, threads=config.threads,
                      on_step=on_step or (lambda *_: None), timeout_s=config.timeout_s)
 
 
@@ -98,7 +98,7 @@ def run_sweep(store: Store, config: SweepConfig, platform: str, *, progress: boo
     if env is not None and env.rank != 0:
         raise PmdbError("only rank 0 writes to the store; other ranks run follow()")
     steps = config.plan()
-    backend, device_kind = launch.backend_for_device()
+    backend, device_kind = sweep_ranks.backend_for_device()
     if env is None and device_kind == "cuda":
         import torch
         if config.world_size > torch.cuda.device_count():

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from collectors.comms.bus import from_reported_size, world_size_from_factor
-from collectors.comms.records import TABLE, make_row, write_atomic
+from collectors.comms.store_rows import TABLE, make_row, write_atomic
 from collectors.comms.sizes import COLLECTIVES
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError

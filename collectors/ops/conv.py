@@ -9,7 +9,7 @@ from typing import Any
 
 import torch.nn.functional as F
 
-from collectors.ops.registry import Axis, BuildContext, Built, OpSpec, autograd_pair, register
+from collectors.ops.catalogue import Axis, BuildContext, Built, OpSpec, autograd_pair, register
 
 CONV1D_WIDTH = 3
 

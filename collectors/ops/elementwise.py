@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from collectors.ops.listed import listed_configs
-from collectors.ops.registry import Axis, BuildContext, Built, OpSpec, autograd_pair, register
+from collectors.ops.catalogue import Axis, BuildContext, Built, OpSpec, autograd_pair, register
 
 _M = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
 _N = (16, 64, 128, 256, 1024, 4096, 16384)

@@ -17,7 +17,7 @@ import torch
 from collectors.embedding.indices import DatasetSource, make_source
 from collectors.embedding.reuse import reuse_factors
 from collectors.embedding.tbe import IMPLEMENTATIONS, make_lookup, to_tensors
-from collectors.ops.registry import QUICK_COUNT, Axis, BuildContext, Built, OpSpec, register
+from collectors.ops.catalogue import QUICK_COUNT, Axis, BuildContext, Built, OpSpec, register
 from pmdb.errors import PmdbError
 
 SHARED_DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "dlrm_datasets"

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from collectors.ops.listed import listed_configs
-from collectors.ops.registry import Axis, BuildContext, Built, OpSpec, autograd_pair, register
+from collectors.ops.catalogue import Axis, BuildContext, Built, OpSpec, autograd_pair, register
 
 # vocabularies and position tables of the transformer workloads (token type 2, positions 512-2048, bert 30522,
 # llama/xlnet 32000, gpt2 50257) and their hidden sizes

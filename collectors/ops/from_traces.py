@@ -3,7 +3,7 @@
 Only the shapes are taken from a trace, never its timings. Each iteration the simulator would use (the best-linked
 one per trace set) is read with :func:`pmdb.traces.from_store.load_graphs`; every top-level op is mapped with
 :func:`pmdb.traces.opmap.map_op` to (op, pass, params), and, like model mode on a CPU, an op that maps to nothing the
-registry measures is replaced by its nested ops. The params become the registry's config: integer axes are
+catalogue measures is replaced by its nested ops. The params become the catalogue config: integer axes are
 rounded, and the spec's ``check()`` must accept the result *and* reproduce every traced parameter it derives (a
 conv2d whose padding is not the spec's "same" padding, or a conv1d whose kernel is not 3 wide, cannot be built and
 is skipped with that reason). Embedding lookups carry no shape in the trace: their tables come from the workload's
@@ -16,8 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from collectors.ops import registry
-from collectors.ops.registry import OpSpec, canonical
+from collectors.ops import catalogue
+from collectors.ops.catalogue import OpSpec, canonical
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
@@ -71,7 +71,7 @@ def select_trace_sets(store: Store, platform: str, run_id: str | None = None,
 
 
 def to_config(spec: OpSpec, params: dict[str, float]) -> dict[str, Any]:
-    """The registry config of traced ``params``; PmdbError when the spec cannot build exactly that shape."""
+    """The catalogue config of traced ``params``; PmdbError when the spec cannot build exactly that shape."""
     integral = {a.name for a in spec.axes if a.kind != "float"} | {k for k, v in spec.fixed.items()
                                                                     if isinstance(v, int)}
     names = {a.name for a in spec.axes} | set(spec.fixed)
@@ -129,7 +129,7 @@ class _Collector:
     """Accumulates (op, implementation, config) -> passes over the traces."""
 
     def __init__(self, ops: list[str] | None, optimizer: str):
-        self.specs = registry.load()
+        self.specs = catalogue.load()
         self.ops = set(ops) if ops else None
         self.optimizer = optimizer
         self.out = TracedShapes()

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch.nn.functional as F
 
-from collectors.ops.registry import Axis, BuildContext, Built, OpSpec, autograd_pair, register
+from collectors.ops.catalogue import Axis, BuildContext, Built, OpSpec, autograd_pair, register
 
 _SIZES = (16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 _ROWS = (1, 4, 16, 32, 64, 100, 128, 256, 512, 1000, 1024, 2048, 4096, 8192)

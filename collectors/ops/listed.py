@@ -1,5 +1,5 @@
 """Sweeps over explicit config lists, for ops whose grids must reach sizes the time-bounded product grids of
-``registry`` leave out (the bounds estimate forward time at nominal rates: a 16M-element optimizer op or the dense
+``catalogue`` leave out (the bounds estimate forward time at nominal rates: a 16M-element optimizer op or the dense
 gradient of a 50257 x 1024 embedding table is over the default bound, yet it is what a training step runs).
 
 'default' is the listed configs (thinned, seeded, to the op's ``default_count``), 'quick' QUICK_COUNT of them evenly
@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from collectors.ops.registry import QUICK_COUNT, OpSpec, canonical, thin
+from collectors.ops.catalogue import QUICK_COUNT, OpSpec, canonical, thin
 
 Config = dict[str, Any]
 

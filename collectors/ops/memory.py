@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from collectors.ops.elementwise import ROOFLINE_COUNT
-from collectors.ops.registry import Axis, BuildContext, Built, OpSpec, autograd_pair, register
+from collectors.ops.catalogue import Axis, BuildContext, Built, OpSpec, autograd_pair, register
 
 
 def _concat_build(p: dict[str, Any], ctx: BuildContext) -> Built:

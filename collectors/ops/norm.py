@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from collectors.ops.registry import Axis, BuildContext, Built, OpSpec, autograd_pair, register
+from collectors.ops.catalogue import Axis, BuildContext, Built, OpSpec, autograd_pair, register
 
 
 def _bn_build(p: dict[str, Any], ctx: BuildContext) -> Built:

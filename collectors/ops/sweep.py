@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from collectors.ops import registry
+from collectors.ops import catalogue
 from collectors.ops.kernels import kernel_breakdown
-from collectors.ops.registry import BuildContext, OpSpec, canonical, thin
+from collectors.ops.catalogue import BuildContext, OpSpec, canonical, thin
 from collectors.ops.summary import SweepSummary
 from collectors.ops.timer import CacheFlusher, TimerSettings, measure, timing_environment
 from collectors.ops.writer import BatchWriter
@@ -96,8 +96,8 @@ class SweepOptions:
             raise PmdbError(f"bad --pass {self.passes!r}: use fwd, bwd or both")
         if self.cache not in CACHES:
             raise PmdbError(f"bad --cache {self.cache!r}: use warm, cold or both")
-        if self.sweep not in registry.SWEEPS:
-            raise PmdbError(f"bad --sweep {self.sweep!r}: use {', '.join(registry.SWEEPS)}")
+        if self.sweep not in catalogue.SWEEPS:
+            raise PmdbError(f"bad --sweep {self.sweep!r}: use {', '.join(catalogue.SWEEPS)}")
         if self.dtype not in DTYPES:
             raise PmdbError(f"bad dtype {self.dtype!r}: use {', '.join(DTYPES)}")
         for name, value in (("--sample", self.sample), ("--max-configs", self.max_configs),
@@ -160,12 +160,12 @@ def plan(store: Store, platform: str, options: SweepOptions, device: torch.devic
     heap chunk when one is big enough, without page faults; small configs freed earlier coalesce into such chunks, so
     a big allocating op (Adam's sqrt of a 51 MB parameter) measured 5x faster after them than in a fresh process or
     inside a training step. Largest first, every big allocation meets a heap that small frees have not grown yet."""
-    specs = registry.load()
+    specs = catalogue.load()
     names = options.ops or list(specs)
     if options.targets is not None:
         names = [n for n in names if any(t.op == n for t in options.targets)]
     for name in names:
-        registry.get(name)
+        catalogue.get(name)
     caches = ("device",) if device.type == "cuda" else CACHES[options.cache]
     threads = options.threads or torch.get_num_threads()  # what the sweep will run with (it sets options.threads)
     items, resumed = [], 0

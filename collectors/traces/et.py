@@ -78,7 +78,7 @@ def parse_et(doc: dict, where: str) -> EtTrace:
             found, value = schemas.lookup(node, path) if path else (False, None)
             if not found and key in cfg["required"]:
                 raise PmdbError(f"{where}: node #{index} (id {node.get('id')!r}) lacks '{path}', "
-                                f"required by schema {cfg['version']}")
+                                f"required by schema {doc.get('schema')}")
             got[key] = value
         node_id, name = got["id"], got["name"]
         if not isinstance(node_id, Integral) or not isinstance(name, str):
@@ -118,7 +118,7 @@ def parse_et(doc: dict, where: str) -> EtTrace:
     iteration, complete = et_iterations(frame)
     frame["iteration"] = iteration.astype("Int64")
     pid = doc.get("pid") if isinstance(doc.get("pid"), Integral) else None
-    return EtTrace(str(cfg["version"]), frame, complete, pid)
+    return EtTrace(str(doc.get("schema")), frame, complete, pid)
 
 
 def _attrs(node: dict, attrs_value: Any, cfg: dict, where: str, index: int) -> dict[str, Any]:

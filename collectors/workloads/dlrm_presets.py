@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from collectors.workloads.jsonfile import read_json
+from pmdb.jsonfile import read_json
 from collectors.workloads.sharders import TableSpec
 from pmdb.errors import PmdbError
 
@@ -133,7 +133,7 @@ def from_dict(data: dict[str, Any], source: str = "config") -> DlrmConfig:
 
 def load_config(path: Path) -> DlrmConfig:
     """A DLRM config from a JSON file (the name defaults to the file's stem)."""
-    data = read_json(path, "config file")
+    data = read_json(path, "config")
     if isinstance(data, dict):
         data.setdefault("name", Path(path).stem)
     return from_dict(data, f"config file {path}")

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from collectors.workloads.jsonfile import read_json
+from pmdb.jsonfile import read_json
 from pmdb.errors import PmdbError
 
 
@@ -84,7 +84,7 @@ def check_plan(plan: Sequence[Any], num_tables: int, world_size: int, source: st
 
 def load_plan(path: Path, num_tables: int, world_size: int) -> list[int]:
     """A plan from a JSON file: a list of ranks (one per table), ``{"plan": [...]}``, or ``{"<table>": rank}``."""
-    data = read_json(path, "sharding file")
+    data = read_json(path, "sharding")
     if isinstance(data, dict) and "plan" in data:
         data = data["plan"]
     if isinstance(data, dict):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from collectors.workloads.jsonfile import read_json
+from pmdb.jsonfile import read_json
 from pmdb.errors import PmdbError
 
 HEADS = ("auto", "classification", "causal-lm", "masked-lm")
@@ -51,7 +51,7 @@ class TransformerConfig:
 
 def load_overrides(path: Path) -> dict[str, Any]:
     """Config-class keyword arguments from a JSON object file (e.g. {"vocab_size": 1000})."""
-    data = read_json(path, "config file")
+    data = read_json(path, "config")
     if not isinstance(data, dict):
         raise PmdbError(f"config file {path}: expected a JSON object of config-class arguments")
     return data

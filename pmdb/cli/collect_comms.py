@@ -49,14 +49,14 @@ def comms(ctx: typer.Context,
                          min_bytes=parse_bytes(min_bytes), max_bytes=parse_bytes(max_bytes), factor=factor,
                          iters=iters, warmup=warmup, random_splits=random_splits, seed=seed, threads=threads)
     steps = config.plan()  # user mistakes are refused here, before torch loads
-    from collectors.comms import launch
+    from collectors.comms import sweep_ranks
     from collectors.comms.sweep import curve_table, follow, run_sweep
 
     if env is not None and env.rank != 0:
         follow(config, env)
         typer.echo(f"rank {env.rank}: measured {len(steps)} steps (rank 0 stores them)")
         return
-    _, device_kind = launch.backend_for_device()
+    _, device_kind = sweep_ranks.backend_for_device()
     if is_oversubscribed(config, device_kind, env):
         ranks_here = env.local_world_size if env else config.world_size
         typer.echo(f"warning: {ranks_here} ranks x {threads} threads on {usable_cores()} cores is "

@@ -39,10 +39,10 @@ def list_ops() -> pd.DataFrame:
     """One row per op: family, model kind, passes, implementations and configs per sweep."""
     import numpy as np
 
-    from collectors.ops import registry
+    from collectors.ops import catalogue
 
     rows = []
-    for name, spec in sorted(registry.load().items()):
+    for name, spec in sorted(catalogue.load().items()):
         rows.append({"op": name, "family": spec.family, "model": spec.model, "passes": ",".join(spec.passes),
                      "implementations": ",".join(spec.implementations),
                      **{sweep: len(spec.configs(sweep, np.random.default_rng(0), 0))
@@ -126,9 +126,9 @@ def ops(ctx: typer.Context,
         max_configs=max_configs, threads=threads, sources=_sources(index_source, dataset), optimizer=optimizer,
         lr=lr, configs=_configs(config), targets=[] if from_traces else None)
     options.validate()
-    from collectors.ops import registry
+    from collectors.ops import catalogue
     for name in options.ops or []:
-        registry.get(name)
+        catalogue.get(name)
     args = {k: v for k, v in vars(options).items() if k not in ("settings", "targets")}
     if from_traces:
         args.update(from_traces=True, from_run=from_run, from_trace_set=from_trace_set)

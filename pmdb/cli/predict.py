@@ -10,10 +10,10 @@ import typer
 from pmdb import platform as platforms
 from pmdb.cli.common import open_store, render
 from pmdb.errors import PmdbError
-from simulator import errors as error_tables
-from simulator.models import check_cache_state
+from simulator import error_stats as error_tables
+from simulator.model_set import check_cache_state
 from simulator.predict import pending_runs, predict_and_store
-from simulator.records import Prediction
+from simulator.store_rows import Prediction
 
 WHAT = ("e2e", "kernel", "baseline", "side-by-side")
 

@@ -59,7 +59,7 @@ def shard(
     """Predict every sharding plan of a DLRM task without running it (per-rank traces derived from a recorded trace
     of the same structure, or from a one-iteration capture), rank the plans and store the study."""
     from shard.plans import parse_sharders, resolve_task
-    from simulator.models import check_cache_state
+    from simulator.model_set import check_cache_state
     from shard.runs import RunSettings
     from shard.study import StudySettings
 

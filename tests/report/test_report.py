@@ -12,7 +12,7 @@ from pmdb.cli.main import main
 from report.build import build_report
 from report.figures import series_of
 from simulator.engine import TimedOp, simulate
-from simulator.records import Prediction, store_prediction
+from simulator.store_rows import Prediction, store_prediction
 from simulator.semantics import COMM, COMPUTE, SyncHost
 
 PLATFORM = "report-cpu"

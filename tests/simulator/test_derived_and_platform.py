@@ -7,11 +7,11 @@ import pytest
 from pmdb import platform as platforms
 from pmdb.metrics import gmae
 from pmdb.errors import PmdbError
-from simulator import errors as error_tables
+from simulator import error_stats as error_tables
 from simulator.engine import TimedOp, simulate
 from simulator.predict import pending_runs
-from simulator.records import ModelUse, Prediction, store_prediction, trace_set_for_run
-from simulator.report import predicted_vs_measured, stream_breakdown, write_report
+from simulator.store_rows import ModelUse, Prediction, store_prediction, trace_set_for_run
+from report.prediction_figures import predicted_vs_measured, stream_breakdown, write_report
 from simulator.semantics import COMM, COMPUTE, SyncHost
 
 

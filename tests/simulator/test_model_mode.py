@@ -15,7 +15,7 @@ from fitters.registry import Registry, VersionRecord
 from fitters.roofline import uncalibrated
 from simulator.engine import simulate
 from pmdb.traces.from_store import load_graphs
-from simulator.models import ModelRef, ModelSet, Overheads, platform_peaks
+from simulator.model_set import ModelRef, ModelSet, Overheads, platform_peaks
 from pmdb.errors import PmdbError
 from simulator.predict import pending_runs, predict_and_store, predict_trace_set
 from simulator.semantics import SyncHost

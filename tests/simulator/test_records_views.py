@@ -9,7 +9,7 @@ import pytest
 from pmdb import metrics, platform as platforms
 from pmdb.errors import PmdbError
 from simulator.engine import TimedOp, simulate
-from simulator.records import ModelUse, Prediction, ground_truth, store_prediction, trace_set_for_run
+from simulator.store_rows import ModelUse, Prediction, ground_truth, store_prediction, trace_set_for_run
 from simulator.semantics import COMM, COMPUTE, SyncHost
 
 QUERIES = Path(__file__).resolve().parents[2] / "sql" / "queries"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pmdb import platform as platforms
 from simulator.engine import TimedOp, simulate
-from simulator.records import ModelUse, Prediction, store_prediction
-from simulator.report import predicted_vs_measured, stream_breakdown, write_report
+from simulator.store_rows import ModelUse, Prediction, store_prediction
+from report.prediction_figures import predicted_vs_measured, stream_breakdown, write_report
 from simulator.semantics import COMM, COMPUTE, SyncHost
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -1,5 +1,5 @@
-"""Versioned format configs: one JSON file per Kineto schemaVersion (``kineto_<v>.json``) and per execution-trace
-schema (``et_<v>.json``). The format-independent meaning of names is ``pmdb.traces.vocabulary``.
+"""Versioned format configs: one JSON file per field map of Kineto (``kineto_<v>.json``) and of execution traces
+(``et_<v>.json``); a map whose fields did not change across versions lists them all under ``versions``. The format-independent meaning of names is ``pmdb.traces.vocabulary``.
 
 A config maps the parser's logical fields to the field names (dotted paths) of that version, so one parser per
 format reads every version; supporting a new version that only renames or moves fields is a new JSON file here.
@@ -21,7 +21,8 @@ def _configs(fmt: str) -> dict[str, dict[str, Any]]:
     found = {}
     for path in sorted(HERE.glob(f"{fmt}_*.json")):
         cfg = json.loads(path.read_text())
-        found[str(cfg["version"])] = cfg
+        for version in cfg.get("versions") or [cfg["version"]]:  # one field map may cover several versions
+            found[str(version)] = cfg
     return found
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from collectors.comms.bus import from_buffers
-from collectors.comms.records import TABLE, latency_stats, make_row, write_atomic
+from collectors.comms.store_rows import TABLE, latency_stats, make_row, write_atomic
 from pmdb import platform
 
 

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from collectors.ops import registry
+from collectors.ops import catalogue
 from collectors.ops.from_traces import select_trace_sets, to_config, traced_shapes
 from collectors.workloads.collect import collect_workload
 from collectors.workloads.requests import dlrm_request
@@ -69,15 +69,15 @@ def test_traced_shapes_of_a_dlrm_step(traced):
 
 
 def test_to_config_rounds_and_refuses_what_the_spec_cannot_build():
-    assert to_config(registry.get("concat"), {"M": 16.0, "N": 7.6, "K": 3.0, "dim": 1}) == \
+    assert to_config(catalogue.get("concat"), {"M": 16.0, "N": 7.6, "K": 3.0, "dim": 1}) == \
         {"M": 16, "N": 8, "K": 3, "dim": 1}
     conv = {"B": 2, "H": 10, "IC": 3, "OC": 4, "stride": 1, "dilation": 1, "FH": 3, "FW": 3, "pad": 0,
             "is_depthwise": 0.0}
     with pytest.raises(PmdbError, match="pad=0"):
-        to_config(registry.get("conv2d"), conv)
-    assert to_config(registry.get("conv2d"), {**conv, "pad": 1})["pad"] == 1
+        to_config(catalogue.get("conv2d"), conv)
+    assert to_config(catalogue.get("conv2d"), {**conv, "pad": 1})["pad"] == 1
     with pytest.raises(PmdbError, match="missing"):
-        to_config(registry.get("bmm"), {"M": 4.0, "N": 4.0})
+        to_config(catalogue.get("bmm"), {"M": 4.0, "N": 4.0})
 
 
 def test_cli_measures_the_traced_shapes_once(traced_copy, capsys):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from collectors.ops import registry
-from collectors.ops.registry import BuildContext
+from collectors.ops import catalogue
+from collectors.ops.catalogue import BuildContext
 from collectors.ops.timer import TimerSettings, time_cpu
 
 # op -> (tiny config, expected forward output shape)
@@ -35,12 +35,12 @@ FAST = TimerSettings(warmup=1, min_reps=2, max_reps=3, min_time_us=0, cold_min_r
 
 
 def test_every_registered_op_is_covered():
-    assert set(registry.load()) == set(TINY)
+    assert set(catalogue.load()) == set(TINY)
 
 
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_tiny_forward_and_backward(name):
-    spec = registry.get(name)
+    spec = catalogue.get(name)
     given, shape = TINY[name]
     config = spec.check(given)
     for implementation in spec.implementations:
@@ -89,10 +89,10 @@ def _first_input_shape(name, c):
 
 def test_values_are_right_for_a_few_ops():
     ctx = BuildContext(torch.device("cpu"), seed=1)
-    tril = registry.get("tril")
+    tril = catalogue.get("tril")
     built = tril.build(tril.check({"B": 1, "M": 4, "diag": 1}), ctx)
     assert built.fwd().shape == (1, 10)  # with the diagonal: 4 * 5 / 2
-    fc = registry.get("fully_connected")
+    fc = catalogue.get("fully_connected")
     out = fc.build(fc.check({"M": 2, "N": 3, "K": 4}), ctx).fwd()
     x, w, b = ctx.rand(2, 4), ctx.rand(3, 4), ctx.rand(3)  # the same seeded values the builder drew
     torch.testing.assert_close(out, x @ w.T + b)

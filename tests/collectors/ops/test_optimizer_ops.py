@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from collectors.ops import registry
+from collectors.ops import catalogue
 from collectors.ops.elementwise import OPTIMIZER_OPS
-from collectors.ops.registry import BuildContext
+from collectors.ops.catalogue import BuildContext
 from collectors.ops.sweep import default_memory_cap
 from collectors.ops.timer import TimerSettings, time_cpu
 
@@ -23,12 +23,12 @@ CPU = BuildContext(torch.device("cpu"), seed=5)
 
 
 def _configs(name: str, sweep: str) -> list[dict]:
-    return registry.get(name).configs(sweep, np.random.default_rng(0), 0)
+    return catalogue.get(name).configs(sweep, np.random.default_rng(0), 0)
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZER_OPS))
 def test_optimizer_op_builds_and_times(name):
-    spec = registry.get(name)
+    spec = catalogue.get(name)
     assert spec.passes == ("fwd",) and spec.model == "roofline"
     built = spec.build(spec.check({"M": 3, "N": 5}), CPU)
     assert built.bwd is None
@@ -42,14 +42,14 @@ def test_optimizer_op_builds_and_times(name):
 
 @pytest.mark.parametrize("name", sorted(n for n, v in OPTIMIZER_OPS.items() if not v[-1]))
 def test_in_place_ops_stay_bounded_over_repetitions(name):
-    built = registry.get(name).build({"M": 8, "N": 16}, CPU)
+    built = catalogue.get(name).build({"M": 8, "N": 16}, CPU)
     for _ in range(1001):
         out = built.fwd()
     assert torch.isfinite(out).all() and out.abs().max() <= 2.5  # operands are U(-1, 1)
 
 
 def test_optimizer_grids_reach_big_parameters_within_the_memory_cap():
-    spec = registry.get("sqrt")
+    spec = catalogue.get("sqrt")
     default, quick = _configs("sqrt", "default"), _configs("sqrt", "quick")
     numels = [c["M"] * c["N"] for c in default]
     assert max(numels) >= 2 ** 24 and min(numels) <= 64
@@ -61,7 +61,7 @@ def test_optimizer_grids_reach_big_parameters_within_the_memory_cap():
 
 
 def test_dense_embedding_builds_forward_and_dense_weight_gradient():
-    spec = registry.get("embedding")
+    spec = catalogue.get("embedding")
     config = spec.check({"V": 50, "D": 8, "N": 12})
     built = spec.build(config, CPU)
     out = built.fwd()
@@ -76,24 +76,24 @@ def test_dense_embedding_builds_forward_and_dense_weight_gradient():
 
 def test_dense_embedding_grid_reaches_the_transformers_tables():
     default = _configs("embedding", "default")
-    assert len(default) >= 300 and len(_configs("embedding", "quick")) == registry.QUICK_COUNT
+    assert len(default) >= 300 and len(_configs("embedding", "quick")) == catalogue.QUICK_COUNT
     assert max(c["V"] for c in default) == 50257 and max(c["D"] for c in default) == 1024
     assert max(c["N"] for c in default) == 8192
-    spec = registry.get("embedding")
+    spec = catalogue.get("embedding")
     assert all(spec.memory(c) <= default_memory_cap() for c in default + _configs("embedding", "large"))
 
 
 _RATIO_SCRIPT = """
 import json, torch
-from collectors.ops import registry
-from collectors.ops.registry import BuildContext
+from collectors.ops import catalogue
+from collectors.ops.catalogue import BuildContext
 from collectors.ops.timer import TimerSettings, time_cpu
 from collectors.workloads.allocator import apply_in_process
 apply_in_process()
 torch.set_num_threads(1)
 ctx, config = BuildContext(torch.device("cpu"), seed=5), {"M": 12 * 1024, "N": 1024}
 settings = TimerSettings(warmup=1, min_reps=5, max_reps=5, min_time_us=0)
-print(json.dumps({n: time_cpu(registry.get(n).build(config, ctx).fwd, settings).median_us for n in ("sqrt", "add_")}))
+print(json.dumps({n: time_cpu(catalogue.get(n).build(config, ctx).fwd, settings).median_us for n in ("sqrt", "add_")}))
 """
 
 

@@ -81,7 +81,7 @@ def test_load_plan_formats_and_errors(tmp_path):
         with pytest.raises(PmdbError, match=pattern):
             load_plan(f, 3, 2)
     f.write_text("{not json")
-    with pytest.raises(PmdbError, match="not JSON"):
+    with pytest.raises(PmdbError, match="not valid JSON"):
         load_plan(f, 3, 2)
     with pytest.raises(PmdbError, match="cannot read"):
         load_plan(tmp_path / "missing.json", 3, 2)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from collectors.ops import registry
+from collectors.ops import catalogue
 from pmdb.traces.graph import Op
 from pmdb.traces.opmap import BACKWARD_PREFIX, Mapped, map_op
 
@@ -52,7 +52,7 @@ def test_optimizer_and_embedding_ops(op, expected):
     mapped = map_op(op)
     assert mapped == expected
     if mapped.op not in ("sqrt_", "sub"):
-        assert mapped.pass_ in registry.get(mapped.op).passes  # a benchmark measures exactly this
+        assert mapped.pass_ in catalogue.get(mapped.op).passes  # a benchmark measures exactly this
 
 
 def test_embedding_backward_without_its_zeroed_gradient_is_not_guessed():
@@ -85,7 +85,7 @@ def test_a_recorded_single_tensor_adam_step_maps_to_registered_benchmarks():
     mapped = [map_op(Op(e.name, input_shapes=e.input_shapes)) for e in step]
     on_weight = {m.op for m in mapped if isinstance(m, Mapped) and m.params == {"M": 64, "N": 16}}
     assert on_weight == {"lerp_", "mul_", "addcmul_", "sqrt", "div", "add_", "addcdiv_"}
-    assert all(name in registry.load() for name in on_weight)
+    assert all(name in catalogue.load() for name in on_weight)
 
 
 def test_a_recorded_embedding_backward_maps_with_its_table_size():

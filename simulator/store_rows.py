@@ -11,7 +11,7 @@ from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.traces.set_rows import known_ids, trace_set_info
 from simulator.engine import SimResult
-from simulator.models import ModelSelection
+from simulator.model_set import ModelSelection
 
 
 @dataclass

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collectors.ops import registry
-from collectors.ops.registry import LARGE_BOUND_US, QUICK_COUNT, canonical
+from collectors.ops import catalogue
+from collectors.ops.catalogue import LARGE_BOUND_US, QUICK_COUNT, canonical
 from pmdb.errors import PmdbError
 
 
@@ -14,7 +14,7 @@ def _keys(configs):
 
 
 def test_ml_ops_have_enough_default_configs():
-    for name, spec in registry.load().items():
+    for name, spec in catalogue.load().items():
         configs = spec.configs("default", np.random.default_rng(0), 0)
         if spec.model == "ml":
             assert len(configs) >= 300, name
@@ -25,7 +25,7 @@ def test_ml_ops_have_enough_default_configs():
 
 
 def test_default_grid_is_deterministic_and_random_is_seeded():
-    spec = registry.get("bmm")
+    spec = catalogue.get("bmm")
     assert _keys(spec.configs("default", np.random.default_rng(1), 0)) == \
         _keys(spec.configs("default", np.random.default_rng(2), 0))
     a = spec.configs("random", np.random.default_rng(5), 20)
@@ -36,7 +36,7 @@ def test_default_grid_is_deterministic_and_random_is_seeded():
 
 
 def test_embedding_default_configs_are_fixed_and_mix_heavy_and_light_tables():
-    spec = registry.get("embedding_lookup")
+    spec = catalogue.get("embedding_lookup")
     a = spec.configs("default", np.random.default_rng(0), 0)
     assert _keys(a) == _keys(spec.configs("default", np.random.default_rng(9), 0))
     pooling = np.concatenate([c["L"] for c in a])
@@ -49,7 +49,7 @@ def test_default_embedding_sweep_covers_the_dlrm_presets_tables():
     from collectors.ops.sweep import default_memory_cap
     from collectors.workloads.dlrm_presets import PRESETS
 
-    spec = registry.get("embedding_lookup")
+    spec = catalogue.get("embedding_lookup")
     configs = spec.configs("default", np.random.default_rng(0), 0)
     assert len(configs) == DEFAULT_COUNT + BIG_COUNT and len(set(_keys(configs))) == len(configs)
     small, big = configs[:DEFAULT_COUNT], configs[DEFAULT_COUNT:]
@@ -64,7 +64,7 @@ def test_default_embedding_sweep_covers_the_dlrm_presets_tables():
 
 
 def test_large_grid_is_larger():
-    spec = registry.get("fully_connected")
+    spec = catalogue.get("fully_connected")
     default = spec.configs("default", np.random.default_rng(0), 0)
     large = spec.configs("large", np.random.default_rng(0), 0)
     assert max(spec.flops(c) for c in large) > 10 * max(spec.flops(c) for c in default)
@@ -72,7 +72,7 @@ def test_large_grid_is_larger():
 
 def test_bad_op_name():
     with pytest.raises(PmdbError, match="unknown op 'convolution'.*conv2d"):
-        registry.get("convolution")
+        catalogue.get("convolution")
 
 
 @pytest.mark.parametrize("op, config, message", [
@@ -93,10 +93,10 @@ def test_bad_op_name():
 ])
 def test_bad_parameters(op, config, message):
     with pytest.raises(PmdbError, match=message):
-        registry.get(op).check(config)
+        catalogue.get(op).check(config)
 
 
 def test_memory_estimates_grow_with_size():
-    spec = registry.get("layer_norm")
+    spec = catalogue.get("layer_norm")
     small, big = spec.check({"B": 1, "M": 8, "N": 8}), spec.check({"B": 64, "M": 512, "N": 1024})
     assert 0 < spec.memory(small) < spec.memory(big)

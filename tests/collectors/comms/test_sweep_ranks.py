@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.comms import launch
+from collectors.comms import sweep_ranks
 from collectors.comms.config import SweepConfig
 from collectors.comms.sweep import run_sweep
 from pmdb import platform
@@ -43,8 +43,8 @@ def faults(monkeypatch):
 
 @pytest.mark.slow
 def test_rank_exception_reaches_parent_with_its_message(faults):
-    with pytest.raises(launch.RankFailed) as failure:
-        launch.spawn(faults.raise_on_rank_one, 2, None, threads=1, on_step=lambda i, m: None)
+    with pytest.raises(sweep_ranks.RankFailed) as failure:
+        sweep_ranks.spawn(faults.raise_on_rank_one, 2, None, threads=1, on_step=lambda i, m: None)
     assert failure.value.rank == 1  # the root cause, not rank 0's later connection error
     assert "ValueError: boom from rank 1 after all_reduce gave 2" in str(failure.value)
     assert "Traceback" in failure.value.details
@@ -71,7 +71,7 @@ def test_killed_rank_fails_the_sweep_and_nothing_counts(store):
     killer = threading.Thread(target=kill_a_rank)
     killer.start()
     try:
-        with pytest.raises(launch.RankFailed, match="killed by SIGKILL"):
+        with pytest.raises(sweep_ranks.RankFailed, match="killed by SIGKILL"):
             run_sweep(store, config, name, progress=False)
     finally:
         killer.join()
