@@ -9,10 +9,11 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 SHARED_GPU = HERE.parents[2] / "shared" / "data" / "traces" / "gpu"
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))  # spawned ranks import sim_recording by name
+for _folder in (HERE, HERE.parent):  # sim_store; the recording helper, which spawned ranks import by name
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
-import sim_recording  # noqa: E402
+import recording  # noqa: E402
 from sim_store import cpu_ranks, ingest  # noqa: E402
 
 from collectors.traces.ingest import RankTraces  # noqa: E402
@@ -33,7 +34,7 @@ def cpu_trace_files(tmp_path_factory) -> Path:
     import torch.multiprocessing as mp
 
     out = tmp_path_factory.mktemp("cpu_two_ranks")
-    mp.spawn(sim_recording.rank_main, args=(2, _free_port(), str(out)), nprocs=2)
+    mp.spawn(recording.dlrm_like_rank, args=(2, _free_port(), str(out)), nprocs=2)
     return out
 
 

@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from pmdb.store import Store
-from sim_recording import ET_STEPS, KINETO_STEPS
+from recording import ET_STEPS, KINETO_STEPS
 from pmdb.traces.graph import Stream
 from pmdb.traces.from_store import load_graphs
 from simulator.predict import predict_and_store, predict_trace_set, replay_iterations

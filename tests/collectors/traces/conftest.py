@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))  # spawned ranks import traces_recording by name
+TESTS = Path(__file__).resolve().parents[2]
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))  # spawned ranks import the recording helper by name
 
-import traces_recording  # noqa: E402
+import recording  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def cpu_passes(tmp_path_factory) -> dict[str, Path]:
     """Kineto-only, ET-only and joint (Kineto + ET) passes of a tiny MLP training step, 3 marked iterations."""
-    return traces_recording.record_cpu_passes(tmp_path_factory.mktemp("cpu_passes"))
+    return recording.record_cpu_passes(tmp_path_factory.mktemp("cpu_passes"))
 
 
 @pytest.fixture(scope="session")
@@ -30,5 +30,5 @@ def gloo_traces(tmp_path_factory) -> Path:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(traces_recording.gloo_rank, args=(2, port, str(out)), nprocs=2)
+    mp.spawn(recording.gloo_rank, args=(2, port, str(out)), nprocs=2)
     return out
