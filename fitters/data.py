@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from collectors import gpu_specs
 from fitters import features as feats
 from pmdb.store import Store
 
@@ -65,10 +66,12 @@ def _valid_time(values: pd.Series) -> np.ndarray:
 
 
 def peaks(store: Store, platform: str) -> dict[str, float]:
-    """Latest measured peaks of the platform: metric -> value (FLOP/s, bytes/s); float32 preferred."""
+    """Latest measured peaks of the platform: metric -> value (FLOP/s, bytes/s); float32 preferred. A GPU known from
+    its spec sheet (``gpu_specs``) has its nominal FP32 rate and bandwidth where nothing was measured."""
     frame = store.query("SELECT metric, dtype, value FROM v_platform_peaks WHERE platform = ? "
                         "ORDER BY metric, (dtype = 'float32') DESC, measured_at DESC", [platform])
-    return {metric: float(group["value"].iloc[0]) for metric, group in frame.groupby("metric", sort=False)}
+    measured = {metric: float(group["value"].iloc[0]) for metric, group in frame.groupby("metric", sort=False)}
+    return {**gpu_specs.peaks(store, platform), **measured}
 
 
 def kernel_groups(store: Store, platform: str, ops: list[str] | None = None,

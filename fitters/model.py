@@ -28,6 +28,8 @@ FAMILIES = {
     "embedding_mlp": "fitters.embedding:EmbeddingModel",
     "embedding_linear": "fitters.embedding_linear:EmbeddingLinearModel",
     "sigmoid": "fitters.collective:CollectiveModel",
+    "cross_gpu": "fitters.cross_gpu:CrossGpuModel",
+    "gemm_shapes": "fitters.gemm_shapes:GemmShapesModel",
 }
 
 

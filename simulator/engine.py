@@ -34,6 +34,7 @@ class TimedOp:
     waits_on: tuple[int, ...] = ()
     sync_streams: tuple[int, ...] = ()
     after_last_us: float | None = None
+    kernel_waits: tuple[tuple[int, ...], ...] = ()  # per kernel, streams the host waits for before its launch
 
 
 @dataclass(slots=True)
@@ -97,6 +98,13 @@ def _launch(state: RankState, op: TimedOp, sem: AsyncDevice | SyncHost) -> None:
         sem.collective_sync(state)
         state.last_comm = None
     state.cpu += op.t1
+    if op.kernel_waits:   # a synchronize call between launches: the host waits there, not after the op
+        for (stream, dur, t4, before), waits in zip(op.kernels, op.kernel_waits):
+            if waits:
+                state.host_wait(waits)
+            state.cpu += before
+            sem.kernel(state, stream, dur, t4)
+        return
     for stream, dur, t4, before in op.kernels:
         state.cpu += before
         sem.kernel(state, stream, dur, t4)
@@ -190,7 +198,8 @@ def repeat(programs: Sequence[Sequence[TimedOp]], times: int) -> list[list[Timed
             for op in ops:
                 if op.waits_on:
                     op = TimedOp(op.t1, op.t3, op.cpu_us, op.kernels, op.is_collective,
-                                 tuple(j + k * n for j in op.waits_on), op.sync_streams, op.after_last_us)
+                                 tuple(j + k * n for j in op.waits_on), op.sync_streams, op.after_last_us,
+                                 op.kernel_waits)
                 rank.append(op)
         out.append(rank)
     return out

@@ -189,8 +189,13 @@ class Overheads:
         if version is None:
             version = store.scalar("SELECT max(overhead_version) FROM v_overhead_versions WHERE platform = ?",
                                    [platform])
-        elif not store.scalar("SELECT count(*) FROM v_overhead_versions WHERE overhead_version = ?", [version]):
-            raise PmdbError(f"no completed overhead version {version}")
+        else:
+            owner = store.scalar("SELECT platform FROM v_overhead_versions WHERE overhead_version = ?", [version])
+            if owner is None:
+                raise PmdbError(f"no completed overhead version {version}")
+            if owner != platform:
+                raise PmdbError(f"overhead version {version} belongs to platform {owner}, not {platform}: "
+                                f"pick one of {platform}'s versions (or none for its latest)")
         if version is None:
             return cls()
         frame = store.query("SELECT op_name, kind, mean_us FROM overheads WHERE overhead_version = ?", [int(version)])

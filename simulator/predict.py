@@ -18,7 +18,7 @@ from pmdb.platform import Semantics
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
 from pmdb.traces.graph import TraceGraph
-from pmdb.traces.set_rows import trace_set_info
+from pmdb.traces.set_rows import trace_set_info, untimed_ranks
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
@@ -90,6 +90,11 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
                         "(use --mode model with --target-platform)")
     run_id, measured = ground_truth(store, trace_set_id, target, mode, workload_run_id)
     if mode == "replay":
+        untimed = untimed_ranks(store, trace_set_id)
+        if untimed:
+            raise PmdbError(f"trace set {trace_set_id} has no times on rank(s) {', '.join(map(str, untimed))} "
+                            f"(an execution trace alone): replay takes every time from a Kineto trace; predict it "
+                            f"in model mode instead")
         result, predicted, iterations = _replay(store, trace_set_id, platforms.load(store, target).semantics)
         return Prediction(trace_set_id=int(trace_set_id), mode=mode, source_platform=source, target_platform=target,
                           result=result, predicted_us=predicted, iterations=iterations, measured_us=measured,
@@ -102,6 +107,13 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
                               trace_set_id=trace_set_id, threads=run_threads(store, run_id), measured_us=measured,
                               workload_run_id=run_id)
     pred.warnings = [n for n in [thread_mismatch(store, run_id, [(m.name, m.version) for m in pred.models])] if n]
+    pred.defaults = [n for n in [session.missing_overheads()] if n]
+    for note in pred.defaults:
+        print(f"pmdb: note: {note}", file=sys.stderr)
+    if not pred.predicted_us > 0:
+        raise PmdbError(f"trace set {trace_set_id} predicts {pred.predicted_us:.1f} µs on {target}: nothing in it was "
+                        f"priced (no times in the trace and no fitted models of {target}); fit models with "
+                        f"`pmdb fit --platform {target}` or import a trace with times")
     for note in pred.warnings:
         print(f"pmdb: warning: {note}", file=sys.stderr)
     pred.elapsed_s = time.perf_counter() - started

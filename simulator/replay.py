@@ -89,7 +89,8 @@ def replay_rank(graph: RankGraph, semantics: Semantics, transfers: list[float] |
             kernels = tuple((int(k.stream), _z(k.dur_us) * (scale if k.stream == Stream.COMM else 1.0),
                              _z(k.launch_us), _z(k.gap_before_us)) for k in op.kernels)
             timed = TimedOp(t1=t1, t3=_z(op.tail_us), kernels=kernels,
-                            after_last_us=transfer.get(index) if comm and sync_host else None)
+                            after_last_us=transfer.get(index) if comm and sync_host else None,
+                            kernel_waits=op.kernel_waits())
         elif sync_host:  # the op's own work runs on the calling thread
             timed = TimedOp(t1=t1, kernels=((COMPUTE, _z(op.cpu_dur_us), 0.0, 0.0),))
         else:

@@ -45,6 +45,13 @@ class PredictionSession:
                                                self.platform.semantics)
         self.overheads: Overheads = Overheads.latest(store, self.platform.name, overhead_version)
 
+    def missing_overheads(self) -> str | None:
+        """One line when the platform has no overhead table: CPU overheads are then priced at 0 µs."""
+        if self.overheads.version is not None:
+            return None
+        return (f"platform {self.platform.name} has no overhead table: CPU overheads (T1-T5) are priced at 0 µs; "
+                f"fit them from its traces with `pmdb fit overheads --platform {self.platform.name}`")
+
     @property
     def detail(self) -> bool:
         """Whether graphs need every nested op (CPU overheads are per op call, so sync-host platforms do)."""

@@ -42,6 +42,7 @@ class Prediction:
     unmodelled: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)  # e.g. kernel models fitted at another thread count
+    defaults: list[str] = field(default_factory=list)  # documented defaults it priced with (no overhead table, ...)
 
     @property
     def model_set(self) -> str | None:

@@ -229,6 +229,7 @@ class ModelTiming:
                     dur = total * (_z(k.dur_us) / measured if measured > 0 else 1.0 / len(compute))
                 kernels.append((int(k.stream), dur, self._table(k.launch_name, "T4"), t2 if j == 0 else t5))
             timed.kernels, timed.t3 = tuple(kernels), t3
+            timed.kernel_waits = op.kernel_waits()
             out.append(timed)
         out.append(TimedOp(t1=self.overheads.typical("T1")))
         return out

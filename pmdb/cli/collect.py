@@ -9,7 +9,7 @@ collect_app = typer.Typer(help="Measure on this machine, or import data recorded
                           no_args_is_help=True)
 
 # Modules with ``register(collect_app)``.
-COLLECT_MODULES: list[str] = ["pmdb.cli.collect_comms", "pmdb.cli.collect_workload", "pmdb.cli.collect_ops", "pmdb.cli.collect_trace"]
+COLLECT_MODULES: list[str] = ["pmdb.cli.collect_comms", "pmdb.cli.collect_workload", "pmdb.cli.collect_ops", "pmdb.cli.collect_trace", "pmdb.cli.collect_import_ops"]
 
 
 def register(app: typer.Typer) -> None:

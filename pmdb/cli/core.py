@@ -32,8 +32,15 @@ def init(ctx: typer.Context) -> None:
 def platform(ctx: typer.Context,
              name: Optional[str] = typer.Option(None, "--name", "--platform",
                                                 help="Register this machine under this name instead of the default "
-                                                     "`cpu-<model>-<N>c` / `cuda-<gpu>-x<count>`.")) -> None:
+                                                     "`cpu-<model>-<N>c` / `cuda-<gpu>-x<count>`."),
+             list_: bool = typer.Option(False, "--list", help="List every platform with its GPU specs (registered "
+                                                              "with `pmdb platform-specs`) and exit.")) -> None:
     """Detect this machine, register it as a platform and print what was detected."""
+    if list_:
+        from collectors.gpu_specs import listing
+        with open_store(ctx, read_only=True) as store:
+            render(listing(store))
+        return
     with open_store(ctx) as store:
         row = platforms.register_local(store, name)
         frame = store.query("SELECT * FROM platforms WHERE name = ?", [row["name"]]).T.reset_index()

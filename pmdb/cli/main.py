@@ -27,7 +27,7 @@ app = typer.Typer(
 )
 
 # Modules that add commands; each has ``register(app)``.
-COMMAND_MODULES = ["pmdb.cli.core", "pmdb.cli.quickstart", "pmdb.cli.collect", "pmdb.cli.fit", "pmdb.cli.plan", "pmdb.cli.predict", "pmdb.cli.models", "pmdb.cli.shard", "pmdb.cli.report"]
+COMMAND_MODULES = ["pmdb.cli.core", "pmdb.cli.quickstart", "pmdb.cli.collect", "pmdb.cli.fit", "pmdb.cli.plan", "pmdb.cli.predict", "pmdb.cli.models", "pmdb.cli.shard", "pmdb.cli.report", "pmdb.cli.platform_specs"]
 
 
 @app.callback()

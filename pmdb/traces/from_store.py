@@ -25,6 +25,7 @@ from pmdb.platform import Semantics
 from pmdb.store import Store
 from pmdb.traces.graph import Kernel, Op, RankGraph, Stream, TraceGraph
 from pmdb.traces.set_rows import complete_iterations, linked_counts, load_rank_frames, trace_set_info
+from pmdb.traces.vocabulary import common
 from pmdb.traces.units import SYNC_CALLS, RankUnits, collective_kind, nan_or
 
 BLOCKING_TOLERANCE_US = 50.0  # device and host clocks of a trace disagree by some tens of µs
@@ -45,6 +46,10 @@ def make_op(units: RankUnits, unit: int, kernels: list[tuple], comm_event: tuple
     sync_calls = [c for c in below + [unit] if units.col(c, "name") in SYNC_CALLS]
     sync_streams = tuple(sorted({s for c in sync_calls for s in SYNC_CALLS[units.col(c, "name")]}))
     sync_us = sum(nan_or(units.col(c, "dur_us")) for c in sync_calls if c != unit) if units.timed else 0.0
+    # (start, duration, streams) of each host wait inside the op, in time order: a wait between two launches is
+    # taken out of the gap before the next launch, a wait after the last launch out of the tail (T3)
+    waits = sorted((nan_or(units.col(c, "start_us")), nan_or(units.col(c, "dur_us")), SYNC_CALLS[units.col(c, "name")])
+                   for c in sync_calls if c != unit) if units.timed else []
     is_coll = bool(units.col(unit, "is_collective")) and units.col(unit, "category") == "cpu_op"
     op = Op(name=name, input_shapes=shapes, attrs=attrs, children=children, op_id=unit, start_us=start,
             cpu_dur_us=dur, sync_streams=sync_streams,
@@ -57,6 +62,11 @@ def make_op(units: RankUnits, unit: int, kernels: list[tuple], comm_event: tuple
     for is_coll_kernel, k_dur, k_name, launch_start, launch_dur, k_start, launch_name in kernels:
         stream = Stream.COMM if is_coll_kernel else Stream.COMPUTE
         launch_start, launch_dur = nan_or(launch_start), nan_or(launch_dur)
+        waited_us, waited_on = 0.0, set()
+        while waits and waits[0][0] < launch_start:    # host waits before this launch
+            _, wait_dur, streams = waits.pop(0)
+            waited_us += 0.0 if wait_dur != wait_dur else wait_dur
+            waited_on.update(streams)
         launch_end, k_end = launch_start + launch_dur, float(k_start) + float(k_dur)
         if launch_end >= k_end - BLOCKING_TOLERANCE_US and launch_dur >= max(k_dur, 4 * units.typical_launch_us):
             # the call returned only after its work ended and lasted far longer than a launch: it waited
@@ -64,10 +74,10 @@ def make_op(units: RankUnits, unit: int, kernels: list[tuple], comm_event: tuple
             blocking.add(stream)
             launch_dur = units.typical_launch_us + max(0.0, launch_end - k_end)
         ks.append(Kernel(stream, float(k_dur), k_name, launch_dur, str(launch_name or ""),
-                         max(0.0, launch_start - cursor)))
+                         max(0.0, launch_start - cursor - waited_us), tuple(sorted(waited_on))))
         cursor = launch_end
     if ks:
-        op.tail_us = max(0.0, start + dur - cursor - sync_us)
+        op.tail_us = max(0.0, start + dur - cursor - sum(w[1] for w in waits if w[1] == w[1]))
         op.sync_streams = tuple(sorted(set(op.sync_streams) | blocking))
     elif comm_event is not None:      # CPU collective: the call runs on this thread, the work on gloo's
         end, (work_start, work_dur) = start + dur, comm_event
@@ -161,7 +171,9 @@ def _rank_iterations(builder: RankUnits, wanted: list[int | None], detail: bool)
     kernels = frames.kernels
     by_unit: dict[int, list[tuple]] = {}
     if len(kernels):
-        ks = kernels.dropna(subset=["op_id"]).sort_values(["launch_start_us", "kernel_index"])
+        # device work only: a cuda_sync event records the device side of a host wait, not work
+        work = kernels[kernels["category"].isin(common().categories["work"])]
+        ks = work.dropna(subset=["op_id"]).sort_values(["launch_start_us", "kernel_index"])
         for op_id, *fields in zip(ks["op_id"], ks["is_collective"], ks["dur_us"], ks["name"],
                                   ks["launch_start_us"], ks["launch_dur_us"], ks["start_us"], ks["launch_name"]):
             unit = builder.unit_of.get(int(op_id))

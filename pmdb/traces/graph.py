@@ -33,7 +33,9 @@ class Kernel:
     name: str = ""
     launch_us: float = NAN       # measured duration of the launch call (this instance's T4)
     launch_name: str = ""        # launch API ('cudaLaunchKernel', 'cudaMemcpyAsync', ...)
-    gap_before_us: float = NAN   # measured CPU time from the op start / previous launch end to this launch (T2 / T5)
+    gap_before_us: float = NAN   # measured CPU time from the op start / previous launch end to this launch (T2 / T5),
+                                 # without the host's waits for the device (``waits_before``)
+    waits_before: tuple[Stream, ...] = ()  # streams the host waited for (a synchronize call) just before this launch
 
 
 @dataclass(slots=True)
@@ -65,6 +67,12 @@ class Op:
     @property
     def is_collective(self) -> bool:
         return self.collective is not None
+
+    def kernel_waits(self) -> tuple[tuple[int, ...], ...]:
+        """Per kernel, the streams the host waited for before launching it (empty when no launch waited)."""
+        if not any(k.waits_before for k in self.kernels):
+            return ()
+        return tuple(tuple(int(s) for s in k.waits_before) for k in self.kernels)
 
 
 @dataclass(slots=True)

@@ -259,3 +259,11 @@ def trace_set_info(store: Store, trace_set_id: int) -> dict[str, Any]:
 def known_ids(values: list[Any]) -> str:
     """Up to 20 ids for an error message ('none' when there are none)."""
     return ", ".join(str(v) for v in values[:20]) + (" ..." if len(values) > 20 else "") if values else "none"
+
+
+def untimed_ranks(store: Store, trace_set_id: int) -> list[int]:
+    """Ranks of a trace set without a Kineto trace: their ops carry no times (an execution trace alone)."""
+    frame = store.query("SELECT DISTINCT rank FROM traces WHERE trace_set_id = ? AND rank NOT IN "
+                        "(SELECT rank FROM traces WHERE trace_set_id = ? AND kind = 'kineto') ORDER BY rank",
+                        [int(trace_set_id), int(trace_set_id)])
+    return [int(r) for r in frame["rank"]]

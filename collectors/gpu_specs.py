@@ -1,0 +1,216 @@
+"""GPU spec sheets: a platform that is not this machine, known from a device-config JSON (NeuSight's
+``device_configs/*.json`` or pmdb's own field names) or from a Kineto trace's ``deviceProperties``.
+
+Sheet fields are found by name (case and '-'/'_' ignored), with their units:
+
+| pmdb field      | accepted names                         | unit in the file |
+|-----------------|----------------------------------------|------------------|
+| device          | Device, name, gpu_name                  | text             |
+| fp32_flops      | SingleFLOPs, fp32_gflops                | GFLOP/s          |
+| mem_bw          | Mem_Bw, mem_bw_gbps                     | GB/s (1e9 B/s)   |
+| sm_count        | Num_Sm, sm_count, numSms                | count            |
+| cores_per_sm    | Core_Per_SM, cores_per_sm               | count            |
+| clock_mhz       | Freq, clock_mhz                         | MHz              |
+| l2_bytes        | L2Cache, l2_mb                          | MB (2^20 B)      |
+| memory_bytes    | Dev_Mem, memory_gb                      | GB (2^30 B)      |
+
+``device``, ``fp32_flops`` and ``mem_bw`` are required of a sheet; a trace's deviceProperties give only the device
+name, SM count and memory (no clock or FP32 rate), so such a platform has no roofline until a sheet is registered.
+Stored in ``gpu_specs`` (migration 0003) with the platform row (device kind ``cuda``, semantics ``async_device``).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pmdb import platform as platforms
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+
+# pmdb field -> (accepted names, normalised; factor from the file's unit to pmdb's)
+_FIELDS: dict[str, tuple[tuple[str, ...], float]] = {
+    "fp32_flops": (("singleflops", "fp32gflops"), 1e9),
+    "mem_bw": (("membw", "membwgbps"), 1e9),
+    "sm_count": (("numsm", "smcount", "numsms"), 1.0),
+    "cores_per_sm": (("corepersm", "corespersm"), 1.0),
+    "clock_mhz": (("freq", "clockmhz"), 1.0),
+    "l2_bytes": (("l2cache", "l2mb"), 2.0 ** 20),
+    "memory_bytes": (("devmem", "memorygb"), 2.0 ** 30),
+}
+_DEVICE_NAMES = ("device", "name", "gpuname")
+_INTEGRAL = {"sm_count", "cores_per_sm", "l2_bytes", "memory_bytes"}
+SPEC_COLUMNS = ("device", "fp32_flops", "mem_bw", "sm_count", "cores_per_sm", "clock_mhz", "l2_bytes", "memory_bytes")
+
+
+@dataclass(frozen=True)
+class GpuSheet:
+    """One GPU's nominal figures (FLOP/s, bytes/s, counts, MHz, bytes); None where the source does not say."""
+
+    device: str
+    fp32_flops: float | None
+    mem_bw: float | None
+    sm_count: int | None = None
+    cores_per_sm: int | None = None
+    clock_mhz: float | None = None
+    l2_bytes: int | None = None
+    memory_bytes: int | None = None
+
+    def features(self) -> dict[str, float]:
+        """The numbers the cross-GPU models use (missing ones as NaN)."""
+        return {k: float("nan") if v is None else float(v) for k, v in asdict(self).items() if k != "device"}
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def slug(device: str) -> str:
+    """A platform name from a device name: 'Tesla V100-PCIE-32GB' -> 'tesla-v100-pcie-32gb'."""
+    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")[:100] or "gpu"
+
+
+def _number(path: Path, field: str, raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw != raw or raw <= 0:
+        raise PmdbError(f"{path}: {field} is {raw!r}, not a positive number")
+    return float(raw)
+
+
+def sheet_from_mapping(path: Path, data: dict[str, Any]) -> GpuSheet:
+    """A sheet from a parsed JSON object (fields by name, see the module docstring)."""
+    by_key = {_key(k): (k, v) for k, v in data.items()}
+    device = next((by_key[n][1] for n in _DEVICE_NAMES if n in by_key), None)
+    if not isinstance(device, str) or not device.strip():
+        raise PmdbError(f"{path}: no device name (a 'Device' field)")
+    values: dict[str, Any] = {}
+    for field, (names, factor) in _FIELDS.items():
+        found = next((by_key[n] for n in names if n in by_key), None)
+        if found is None:
+            values[field] = None
+            continue
+        number = _number(path, found[0], found[1]) * factor
+        values[field] = int(round(number)) if field in _INTEGRAL else number
+    missing = [f for f in ("fp32_flops", "mem_bw") if values[f] is None]
+    if missing:
+        raise PmdbError(f"{path}: the sheet lacks {' and '.join(missing)} (fields SingleFLOPs [GFLOP/s], "
+                        f"Mem_Bw [GB/s])")
+    return GpuSheet(device=device.strip(), **values)
+
+
+def read_sheet(path: Path) -> tuple[GpuSheet, dict[str, Any], str]:
+    """(sheet, the JSON as read, sha256 of the file) of a device-config JSON file."""
+    path = Path(path)
+    if not path.is_file():
+        raise PmdbError(f"no such file: {path}")
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise PmdbError(f"{path}{where}: not a JSON spec sheet ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise PmdbError(f"{path}: a spec sheet is one JSON object")
+    return sheet_from_mapping(path, data), data, hashlib.sha256(raw).hexdigest()
+
+
+def sheet_from_trace(path: Path) -> tuple[GpuSheet, dict[str, Any], str]:
+    """(sheet, deviceProperties entry, sha256) from a Kineto trace (JSON, optionally gzipped): the first device's
+    name, SM count and memory. No FP32 rate or bandwidth: traces do not record them."""
+    path = Path(path)
+    if not path.is_file():
+        raise PmdbError(f"no such file: {path}")
+    raw = path.read_bytes()
+    try:
+        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        trace = json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PmdbError(f"{path}: not a Kineto trace JSON ({str(exc).splitlines()[0]})") from None
+    props = trace.get("deviceProperties") if isinstance(trace, dict) else None
+    if not props or not isinstance(props, list) or not isinstance(props[0], dict):
+        raise PmdbError(f"{path}: the trace has no deviceProperties")
+    first = props[0]
+    name = first.get("name")
+    if not isinstance(name, str) or not name:
+        raise PmdbError(f"{path}: deviceProperties[0] has no name")
+    sms, memory = first.get("numSms"), first.get("totalGlobalMem")
+    return GpuSheet(device=name, fp32_flops=None, mem_bw=None,
+                    sm_count=int(sms) if isinstance(sms, (int, float)) and sms > 0 else None,
+                    memory_bytes=int(memory) if isinstance(memory, (int, float)) and memory > 0 else None), \
+        first, hashlib.sha256(raw).hexdigest()
+
+
+def register(store: Store, sheet: GpuSheet, name: str | None = None, *, source: str = "spec-sheet",
+             source_file: str | None = None, sha256: str | None = None,
+             details: dict[str, Any] | None = None) -> str:
+    """Create (or attach to) the named imported CUDA platform and store its specs, replacing earlier ones. A trace's
+    partial specs never replace a sheet's figures. Returns the platform name."""
+    name = platforms.check_name(name or slug(sheet.device))
+    existing = platforms.find(store, name)
+    if existing is not None and not existing.is_imported:
+        raise PmdbError(f"platform {name!r} is this machine (detected); spec sheets describe other GPUs: "
+                        f"choose another --name")
+    if existing is not None and not existing.cuda:
+        raise PmdbError(f"platform {name!r} is a CPU platform; a GPU spec sheet needs a cuda platform")
+    row = {**asdict(sheet), "platform": name, "source": source, "source_file": source_file,
+           "source_sha256": sha256, "details": details or {}}
+    with store.transaction():
+        if existing is None:
+            store.insert_one("platforms", {
+                "name": name, "device_kind": "cuda", "semantics": platforms.Semantics.ASYNC_DEVICE.value,
+                "gpu_name": sheet.device, "gpu_count": 1, "gpu_memory_bytes": sheet.memory_bytes,
+                "is_imported": True, "details": {"specs_from": source}})
+        else:
+            store.conn.execute("UPDATE platforms SET gpu_name = coalesce(gpu_name, ?), "
+                               "gpu_memory_bytes = coalesce(gpu_memory_bytes, ?) WHERE name = ?",
+                               [sheet.device, sheet.memory_bytes, name])
+        old = load(store, name)
+        if old is not None and old.fp32_flops is not None and sheet.fp32_flops is None:
+            fill = {k: v for k, v in asdict(sheet).items() if v is not None and getattr(old, k) is None}
+            for key, value in fill.items():
+                store.conn.execute(f"UPDATE gpu_specs SET {key} = ? WHERE platform = ?", [value, name])
+            return name
+        store.conn.execute("DELETE FROM gpu_specs WHERE platform = ?", [name])
+        store.insert_one("gpu_specs", row)
+    return name
+
+
+def load(store: Store, platform: str) -> GpuSheet | None:
+    """The stored specs of a platform; None when it has none."""
+    frame = store.query(f"SELECT {', '.join(SPEC_COLUMNS)} FROM gpu_specs WHERE platform = ?", [platform])
+    if frame.empty:
+        return None
+    row = frame.iloc[0].to_dict()
+    clean = {k: (None if v is None or (isinstance(v, float) and v != v) else v) for k, v in row.items()}
+    for key in _INTEGRAL:
+        clean[key] = None if clean[key] is None else int(clean[key])
+    return GpuSheet(**clean)
+
+
+def all_specs(store: Store) -> pd.DataFrame:
+    """Every platform with specs: platform plus the spec columns (FLOP/s, bytes/s, counts, MHz, bytes)."""
+    return store.query(f"SELECT platform, {', '.join(SPEC_COLUMNS)}, source FROM gpu_specs ORDER BY platform")
+
+
+def peaks(store: Store, platform: str) -> dict[str, float]:
+    """Nominal roofline peaks from the platform's specs: {'gemm_flops': FLOP/s, 'mem_bw': bytes/s} (what is known)."""
+    sheet = load(store, platform)
+    if sheet is None:
+        return {}
+    out = {"gemm_flops": sheet.fp32_flops, "mem_bw": sheet.mem_bw}
+    return {k: float(v) for k, v in out.items() if v}
+
+
+def listing(store: Store) -> pd.DataFrame:
+    """Every platform with its specs where it has them, compact (TFLOP/s, GB/s, MiB, GiB) for an 80-column table."""
+    return store.query(
+        "SELECT p.name, p.device_kind AS kind, coalesce(s.device, p.gpu_name, p.cpu_model) AS device, "
+        "round(s.fp32_flops / 1e12, 2) AS fp32_tflops, round(s.mem_bw / 1e9) AS mem_gbps, s.sm_count AS sms, "
+        "s.cores_per_sm AS cores_sm, round(s.clock_mhz) AS mhz, round(s.l2_bytes / 2^20, 1) AS l2_mib, "
+        "round(coalesce(s.memory_bytes, p.gpu_memory_bytes) / 2^30) AS mem_gib "
+        "FROM platforms p LEFT JOIN gpu_specs s ON s.platform = p.name ORDER BY p.name")
