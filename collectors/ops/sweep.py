@@ -130,7 +130,8 @@ def config_key(op: str, pass_: str, implementation: str, dtype: str, threads: in
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _device(store: Store, platform: str) -> torch.device:
+def device_for(store: Store, platform: str) -> torch.device:
+    """The torch device a sweep of ``platform`` runs on (cuda:0 on a CUDA platform; fails where none is visible)."""
     if platforms.load(store, platform).cuda:
         if not torch.cuda.is_available():
             raise PmdbError(f"platform {platform} is a CUDA platform but no CUDA device is visible here")
@@ -208,7 +209,7 @@ class Sweep:
         if options.threads:
             torch.set_num_threads(options.threads)
         self.store, self.run, self.platform, self.options = store, run, platform, options
-        self.device = _device(store, platform)
+        self.device = device_for(store, platform)
         if self.device.type == "cpu":
             apply_in_process()  # the glibc malloc settings the workloads' ranks run under (timed the same way)
         self.writer = BatchWriter(store, run.run_id, options.flush_every_s)

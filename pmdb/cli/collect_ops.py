@@ -8,18 +8,8 @@ from typing import List, Optional
 import pandas as pd
 import typer
 
-from pmdb import platform as platforms
 from pmdb.cli.common import PlatformOption, open_store, render
 from pmdb.errors import PmdbError
-
-
-def _sources(index_sources: list[str], dataset: Optional[Path]) -> list[str] | None:
-    from collectors.embedding.indices import make_source
-
-    chosen = list(index_sources) + ([f"dataset:{dataset}"] if dataset else [])
-    for spec in chosen:
-        make_source(spec, 0)  # a bad spec or a missing file is a one-line error now, not mid-sweep
-    return chosen or None
 
 
 def _configs(texts: list[str]) -> list[dict] | None:
@@ -33,21 +23,6 @@ def _configs(texts: list[str]) -> list[dict] | None:
             raise PmdbError(f"bad --config {text!r}: give a JSON object like '{{\"M\": 64, \"N\": 64, \"K\": 64}}'")
         configs.append(value)
     return configs or None
-
-
-def list_ops() -> pd.DataFrame:
-    """One row per op: family, model kind, passes, implementations and configs per sweep."""
-    import numpy as np
-
-    from collectors.ops import catalogue
-
-    rows = []
-    for name, spec in sorted(catalogue.load().items()):
-        rows.append({"op": name, "family": spec.family, "model": spec.model, "passes": ",".join(spec.passes),
-                     "implementations": ",".join(spec.implementations),
-                     **{sweep: len(spec.configs(sweep, np.random.default_rng(0), 0))
-                        for sweep in ("default", "large", "quick")}})
-    return pd.DataFrame(rows)
 
 
 def ops(ctx: typer.Context,
@@ -105,8 +80,8 @@ def ops(ctx: typer.Context,
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
         ) -> None:
     """Microbenchmark kernels (forward and backward) on this machine into the store; resumable by config_key."""
-    from collectors.ops.peaks import measure_peaks, store_peaks
-    from collectors.ops.sweep import Sweep, SweepOptions, default_memory_cap, parse_bytes
+    from collectors.ops.run import TraceSelection, list_ops, run_ops  # torch: loaded only when ops are measured
+    from collectors.ops.sweep import SweepOptions, default_memory_cap, parse_bytes
 
     if list_:
         render(list_ops())
@@ -116,44 +91,21 @@ def ops(ctx: typer.Context,
     from_traces = from_traces or from_run is not None or from_trace_set is not None
     if from_traces and sweep != "default":
         raise PmdbError("--sweep does not apply to --from-traces (the traces give the configs)")
-    from collectors.embedding.tbe import OPTIMIZERS
-    if optimizer not in OPTIMIZERS:
-        raise PmdbError(f"bad --optimizer {optimizer!r}: use {', '.join(OPTIMIZERS)}")
+    sources = list(index_source) + ([f"dataset:{dataset}"] if dataset else [])
     options = SweepOptions(
         ops=list(op) or None, passes=pass_, sweep=sweep, sample=sample or 100, seed=seed,
         budget_s=None if budget_minutes is None else budget_minutes * 60.0, force=force, kernels=kernels,
         memory_cap=parse_bytes(memory_cap) if memory_cap else default_memory_cap(), cache=cache,
-        max_configs=max_configs, threads=threads, sources=_sources(index_source, dataset), optimizer=optimizer,
+        max_configs=max_configs, threads=threads, sources=sources or None, optimizer=optimizer,
         lr=lr, configs=_configs(config), targets=[] if from_traces else None)
-    options.validate()
-    from collectors.ops import catalogue
-    for name in options.ops or []:
-        catalogue.get(name)
-    args = {k: v for k, v in vars(options).items() if k not in ("settings", "targets")}
-    if from_traces:
-        args.update(from_traces=True, from_run=from_run, from_trace_set=from_trace_set)
+    selection = TraceSelection(from_run, from_trace_set) if from_traces else None
     with open_store(ctx) as store:
-        name = platforms.register_local(store, platform)["name"]
-        if from_traces:
-            _targets(store, name, options, from_run, from_trace_set)
-        with store.run("ops", name, args) as run:
-            runner = Sweep(store, run, name, options)
-            if peaks:
-                store_peaks(store, run.run_id, name, measure_peaks(runner.device))
-            summary = runner.execute(progress=progress)
-    _report(summary, run.run_id)
+        done = run_ops(store, platform, options, selection, peaks=peaks, progress=progress, on_traced=_traced)
+    _report(done.summary, done.run_id)
 
 
-def _targets(store, platform: str, options, from_run: Optional[str], from_trace_set: Optional[int]) -> None:
-    """Put the traced shapes into ``options.targets`` and print what was found, what is new, what was skipped."""
-    from collectors.ops.from_traces import select_trace_sets, shape_counts, traced_shapes
-    from collectors.ops.sweep import _device, plan
-
-    shapes = traced_shapes(store, select_trace_sets(store, platform, from_run, from_trace_set), options.ops,
-                           options.optimizer)
-    options.targets = shapes.targets
-    items, _ = plan(store, platform, options, _device(store, platform))
-    counts = shape_counts(shapes, items)
+def _traced(shapes, counts: list[dict]) -> None:
+    """Print what the selected traces hold: distinct shapes, new ones, skipped ops."""
     typer.echo(f"trace sets {', '.join(map(str, shapes.trace_sets)) or 'none'}: "
                f"{sum(c['shapes'] for c in counts)} distinct op shapes, {sum(c['new'] for c in counts)} new, "
                f"{sum(shapes.skipped.values())} skipped")
@@ -176,14 +128,10 @@ def _report(summary: dict, run_id: str) -> None:
 
 def peaks(ctx: typer.Context, platform: Optional[str] = PlatformOption) -> None:
     """Measure this machine's roofline peaks (GEMM FLOP/s, memory bandwidth, host<->device on CUDA)."""
-    from collectors.ops.peaks import measure_peaks, store_peaks
-    from collectors.ops.sweep import _device
+    from collectors.ops.run import run_peaks  # torch: loaded only when peaks are measured
 
     with open_store(ctx) as store:
-        name = platforms.register_local(store, platform)["name"]
-        with store.run("peaks", name, {}) as run:
-            rows = measure_peaks(_device(store, name))
-            store_peaks(store, run.run_id, name, rows)
+        rows = run_peaks(store, platform)
     render(pd.DataFrame([{"metric": r["metric"], "value": r["value"], "best_us": r["details"]["best_us"]}
                          for r in rows]))
 

@@ -4,7 +4,6 @@ User mistakes raise :class:`pmdb.errors.PmdbError`; :func:`main` prints them on 
 """
 from __future__ import annotations
 
-import importlib
 import signal
 import sys
 from pathlib import Path
@@ -14,6 +13,16 @@ import typer
 from typer._click import exceptions as click_exc  # typer vendors its own click
 
 import pmdb
+from pmdb.cli import collect as cli_collect
+from pmdb.cli import core as cli_core
+from pmdb.cli import fit as cli_fit
+from pmdb.cli import models as cli_models
+from pmdb.cli import plan as cli_plan
+from pmdb.cli import platform_specs as cli_platform_specs
+from pmdb.cli import predict as cli_predict
+from pmdb.cli import quickstart as cli_quickstart
+from pmdb.cli import report as cli_report
+from pmdb.cli import shard as cli_shard
 from pmdb.config import HOME_ENV, resolve_workspace
 from pmdb.errors import PmdbError
 
@@ -26,23 +35,28 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Modules that add commands; each has ``register(app)``.
-COMMAND_MODULES = ["pmdb.cli.core", "pmdb.cli.quickstart", "pmdb.cli.collect", "pmdb.cli.fit", "pmdb.cli.plan", "pmdb.cli.predict", "pmdb.cli.models", "pmdb.cli.shard", "pmdb.cli.report", "pmdb.cli.platform_specs"]
+# The command table: each module adds its commands with ``register(app)``.
+COMMAND_MODULES = (cli_core, cli_quickstart, cli_collect, cli_fit, cli_plan, cli_predict, cli_models, cli_shard,
+                   cli_report, cli_platform_specs)
+
+
+def _print_version(value: bool) -> None:
+    if value:  # eager: `pmdb --version` needs no command
+        typer.echo(f"pmdb {pmdb.__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
 def _root(ctx: typer.Context,
           home: Optional[Path] = typer.Option(None, "--home", envvar=HOME_ENV,
                                               help="Workspace directory (default ./pmdb-workspace)."),
-          version: bool = typer.Option(False, "--version", help="Print the pmdb version and exit.")) -> None:
-    if version:
-        typer.echo(f"pmdb {pmdb.__version__}")
-        raise typer.Exit()
+          version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the pmdb version and exit.")) -> None:
     ctx.obj = resolve_workspace(home)
 
 
 for _module in COMMAND_MODULES:
-    importlib.import_module(_module).register(app)
+    _module.register(app)
 
 
 def _sigterm(signum: int, frame: object) -> None:
