@@ -68,17 +68,20 @@ def _collector_paused() -> Iterator[None]:
 
 def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", models: str = "champion",
                       target_platform: str | None = None, cache_state: str | None = None,
-                      workload_run_id: str | None = None, overhead_version: int | None = None) -> Prediction:
+                      workload_run_id: str | None = None, overhead_version: int | None = None,
+                      overheads_from: str | None = None) -> Prediction:
     """Simulate a stored trace set; nothing is written (see :func:`predict_and_store`). In model mode, kernel models
     fitted at another thread count than the ground-truth workload run's give one warning line on stderr (and
     ``Prediction.warnings``)."""
     with _collector_paused():
         return _predict(store, trace_set_id, mode=mode, models=models, target_platform=target_platform,
-                        cache_state=cache_state, workload_run_id=workload_run_id, overhead_version=overhead_version)
+                        cache_state=cache_state, workload_run_id=workload_run_id, overhead_version=overhead_version,
+                        overheads_from=overheads_from)
 
 
 def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_platform: str | None,
-             cache_state: str | None, workload_run_id: str | None, overhead_version: int | None) -> Prediction:
+             cache_state: str | None, workload_run_id: str | None, overhead_version: int | None,
+             overheads_from: str | None = None) -> Prediction:
     if mode not in MODES:
         raise PmdbError(f"bad --mode {mode!r}: use model or replay")
     started = time.perf_counter()
@@ -100,7 +103,7 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
                           result=result, predicted_us=predicted, iterations=iterations, measured_us=measured,
                           workload_run_id=run_id, elapsed_s=time.perf_counter() - started)
     session = PredictionSession(store, target, models=models, cache_state=cache_state,
-                                overhead_version=overhead_version)
+                                overhead_version=overhead_version, overheads_from=overheads_from)
     workload_id = None if pd.isna(info.get("workload_id")) else int(info["workload_id"])
     graph = load_graphs(store, trace_set_id, pick="best", detail=session.detail)[0]
     pred = session.prediction(graph, EmbeddingStats.from_store(store, workload_id), source_platform=source,

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from pmdb import platform as platforms
+from pmdb.errors import PmdbError
 from pmdb.platform import Platform
 from pmdb.store import Store
 from pmdb.traces.graph import TraceGraph
@@ -35,22 +36,40 @@ class PredictionSession:
 
     ``models`` is an alias ('champion', 'latest') or a version spec 'name:version,...'; ``cache_state`` warm, cold,
     device or blend (None: per platform kind — cold on CPUs, device timings on GPUs); ``overhead_version`` None for
-    the latest of the platform."""
+    the latest of the platform. ``overheads_from`` borrows another platform's overhead table (same semantics): a GPU
+    known only by its spec sheet has no traces of its own to take its host launch path from."""
 
     def __init__(self, store: Store, target_platform: str, *, models: str = "champion",
-                 cache_state: str | None = None, overhead_version: int | None = None):
+                 cache_state: str | None = None, overhead_version: int | None = None,
+                 overheads_from: str | None = None):
         check_cache_state(cache_state)
         self.platform: Platform = platforms.load(store, target_platform)
         self.models: ModelSet = load_model_set(store, self.platform.name, models, cache_state,
                                                self.platform.semantics)
-        self.overheads: Overheads = Overheads.latest(store, self.platform.name, overhead_version)
+        self.overheads_platform = self.platform.name
+        if overheads_from is not None and overheads_from != self.platform.name:
+            lender = platforms.load(store, overheads_from)
+            if lender.semantics != self.platform.semantics:
+                raise PmdbError(f"platform {lender.name} runs {lender.semantics.value}, {self.platform.name} runs "
+                                f"{self.platform.semantics.value}: its overhead table does not describe this "
+                                f"target's host path")
+            self.overheads_platform = lender.name
+        self.overheads: Overheads = Overheads.latest(store, self.overheads_platform, overhead_version)
+        if overheads_from is not None and self.overheads.version is None:
+            raise PmdbError(f"platform {self.overheads_platform} has no overhead table to lend: fit one with "
+                            f"`pmdb fit overheads --platform {self.overheads_platform}`")
 
     def missing_overheads(self) -> str | None:
-        """One line when the platform has no overhead table: CPU overheads are then priced at 0 µs."""
-        if self.overheads.version is not None:
+        """One line naming the documented default when the overhead table is not the target's own: none at all
+        (host overheads priced at 0 µs), or one borrowed from another platform."""
+        if self.overheads.version is not None and self.overheads_platform == self.platform.name:
             return None
-        return (f"platform {self.platform.name} has no overhead table: CPU overheads (T1-T5) are priced at 0 µs; "
-                f"fit them from its traces with `pmdb fit overheads --platform {self.platform.name}`")
+        if self.overheads.version is not None:
+            return (f"host overheads (T1-T5) from platform {self.overheads_platform}'s overhead version "
+                    f"{self.overheads.version}, not {self.platform.name}'s own")
+        return (f"platform {self.platform.name} has no overhead table: host overheads (T1-T5) are priced at 0 µs; "
+                f"fit them from its traces with `pmdb fit overheads --platform {self.platform.name}` or borrow "
+                f"another platform's with --overheads-from")
 
     @property
     def detail(self) -> bool:

@@ -68,6 +68,10 @@ def predict(ctx: typer.Context,
             overhead_version: Optional[int] = typer.Option(None, "--overhead-version",
                                                            help="Overhead table version (default: the latest of "
                                                                 "the target platform)."),
+            overheads_from: Optional[str] = typer.Option(None, "--overheads-from",
+                                                         help="Borrow this platform's overhead table (same "
+                                                              "semantics), e.g. for a GPU known only by its spec "
+                                                              "sheet; the output names it."),
             fmt: str = typer.Option("table", "--format", help="Output format: table, csv or json.")) -> None:
     """Predict the per-iteration time of a workload run or trace set (Algorithm 1 over all ranks), print it with
     the measured time and the error, and store it with the model and overhead versions used."""
@@ -75,7 +79,7 @@ def predict(ctx: typer.Context,
         raise PmdbError("give exactly one of: a workload RUN_ID, --trace-set ID, --all")
     check_cache_state(cache_state)
     options = dict(mode=mode, models=models, target_platform=target_platform, cache_state=cache_state,
-                   overhead_version=overhead_version)
+                   overhead_version=overhead_version, overheads_from=overheads_from)
     with open_store(ctx) as store:
         platform = platforms.resolve(store, target_platform)
         if all_:
