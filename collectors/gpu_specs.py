@@ -32,6 +32,7 @@ import pandas as pd
 
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
+from pmdb.platform import Platform
 from pmdb.store import Store
 
 # pmdb field -> (accepted names, normalised; factor from the file's unit to pmdb's)
@@ -45,6 +46,7 @@ _FIELDS: dict[str, tuple[tuple[str, ...], float]] = {
     "memory_bytes": (("devmem", "memorygb"), 2.0 ** 30),
 }
 _DEVICE_NAMES = ("device", "name", "gpuname")
+_REQUIRED = {"fp32_flops": "SingleFLOPs (FP32 peak, GFLOP/s)", "mem_bw": "Mem_Bw (memory bandwidth, GB/s)"}
 _INTEGRAL = {"sm_count", "cores_per_sm", "l2_bytes", "memory_bytes"}
 SPEC_COLUMNS = ("device", "fp32_flops", "mem_bw", "sm_count", "cores_per_sm", "clock_mhz", "l2_bytes", "memory_bytes")
 
@@ -96,10 +98,9 @@ def sheet_from_mapping(path: Path, data: dict[str, Any]) -> GpuSheet:
             continue
         number = _number(path, found[0], found[1]) * factor
         values[field] = int(round(number)) if field in _INTEGRAL else number
-    missing = [f for f in ("fp32_flops", "mem_bw") if values[f] is None]
+    missing = [_REQUIRED[f] for f in _REQUIRED if values[f] is None]
     if missing:
-        raise PmdbError(f"{path}: the sheet lacks {' and '.join(missing)} (fields SingleFLOPs [GFLOP/s], "
-                        f"Mem_Bw [GB/s])")
+        raise PmdbError(f"{path}: the spec sheet lacks {' and '.join(missing)}")
     return GpuSheet(device=device.strip(), **values)
 
 
@@ -108,7 +109,10 @@ def read_sheet(path: Path) -> tuple[GpuSheet, dict[str, Any], str]:
     path = Path(path)
     if not path.is_file():
         raise PmdbError(f"no such file: {path}")
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PmdbError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -125,7 +129,10 @@ def sheet_from_trace(path: Path) -> tuple[GpuSheet, dict[str, Any], str]:
     path = Path(path)
     if not path.is_file():
         raise PmdbError(f"no such file: {path}")
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PmdbError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
         trace = json.loads(text)
@@ -145,39 +152,73 @@ def sheet_from_trace(path: Path) -> tuple[GpuSheet, dict[str, Any], str]:
         first, hashlib.sha256(raw).hexdigest()
 
 
-def register(store: Store, sheet: GpuSheet, name: str | None = None, *, source: str = "spec-sheet",
-             source_file: str | None = None, sha256: str | None = None,
-             details: dict[str, Any] | None = None) -> str:
-    """Create (or attach to) the named imported CUDA platform and store its specs, replacing earlier ones. A trace's
-    partial specs never replace a sheet's figures. Returns the platform name."""
-    name = platforms.check_name(name or slug(sheet.device))
+def check_target(store: Store, name: str) -> Platform | None:
+    """The platform a sheet may go to: an imported cuda platform or a new name (returned: the existing one)."""
+    platforms.check_name(name)
     existing = platforms.find(store, name)
     if existing is not None and not existing.is_imported:
         raise PmdbError(f"platform {name!r} is this machine (detected); spec sheets describe other GPUs: "
                         f"choose another --name")
     if existing is not None and not existing.cuda:
         raise PmdbError(f"platform {name!r} is a CPU platform; a GPU spec sheet needs a cuda platform")
-    row = {**asdict(sheet), "platform": name, "source": source, "source_file": source_file,
-           "source_sha256": sha256, "details": details or {}}
-    with store.transaction():
-        if existing is None:
-            store.insert_one("platforms", {
-                "name": name, "device_kind": "cuda", "semantics": platforms.Semantics.ASYNC_DEVICE.value,
-                "gpu_name": sheet.device, "gpu_count": 1, "gpu_memory_bytes": sheet.memory_bytes,
-                "is_imported": True, "details": {"specs_from": source}})
-        else:
-            store.conn.execute("UPDATE platforms SET gpu_name = coalesce(gpu_name, ?), "
-                               "gpu_memory_bytes = coalesce(gpu_memory_bytes, ?) WHERE name = ?",
-                               [sheet.device, sheet.memory_bytes, name])
-        old = load(store, name)
-        if old is not None and old.fp32_flops is not None and sheet.fp32_flops is None:
-            fill = {k: v for k, v in asdict(sheet).items() if v is not None and getattr(old, k) is None}
-            for key, value in fill.items():
-                store.conn.execute(f"UPDATE gpu_specs SET {key} = ? WHERE platform = ?", [value, name])
-            return name
-        store.conn.execute("DELETE FROM gpu_specs WHERE platform = ?", [name])
-        store.insert_one("gpu_specs", row)
+    return existing
+
+
+@dataclass(frozen=True)
+class SheetSource:
+    """A sheet to register with where it came from: ``source`` 'spec-sheet' or 'trace-device-properties'."""
+
+    sheet: GpuSheet
+    name: str | None = None
+    source: str = "spec-sheet"
+    source_file: str | None = None
+    sha256: str | None = None
+    details: dict[str, Any] | None = None
+
+
+def _store_sheet(store: Store, item: SheetSource) -> str:
+    """Insert or update one platform's specs (the caller holds the transaction). A trace's partial specs fill only
+    what a stored sheet lacks."""
+    sheet = item.sheet
+    name = item.name or slug(sheet.device)
+    existing = check_target(store, name)
+    if existing is None:
+        store.insert_one("platforms", {
+            "name": name, "device_kind": "cuda", "semantics": platforms.Semantics.ASYNC_DEVICE.value,
+            "gpu_name": sheet.device, "gpu_count": 1, "gpu_memory_bytes": sheet.memory_bytes,
+            "is_imported": True, "details": {"specs_from": item.source}})
+    else:
+        store.conn.execute("UPDATE platforms SET gpu_name = coalesce(gpu_name, ?), gpu_count = coalesce(gpu_count, 1), "
+                           "gpu_memory_bytes = coalesce(gpu_memory_bytes, ?) WHERE name = ?",
+                           [sheet.device, sheet.memory_bytes, name])
+    old = load(store, name)
+    if old is not None and old.fp32_flops is not None and sheet.fp32_flops is None:
+        fill = {k: v for k, v in asdict(sheet).items() if v is not None and getattr(old, k) is None}
+        for key, value in fill.items():
+            store.conn.execute(f"UPDATE gpu_specs SET {key} = ? WHERE platform = ?", [value, name])
+        return name
+    store.conn.execute("DELETE FROM gpu_specs WHERE platform = ?", [name])
+    store.insert_one("gpu_specs", {**asdict(sheet), "platform": name, "source": item.source,
+                                   "source_file": item.source_file, "source_sha256": item.sha256,
+                                   "details": item.details or {}})
     return name
+
+
+def register_all(store: Store, items: list[SheetSource]) -> list[str]:
+    """Register several sheets in ONE transaction (all or none); a sheet replaces a platform's earlier specs, a
+    trace's partial specs never replace a sheet's figures. Returns the platform names."""
+    for item in items:  # every target is checked before anything is written
+        check_target(store, item.name or slug(item.sheet.device))
+    with store.transaction():
+        return [_store_sheet(store, item) for item in items]
+
+
+def register(store: Store, sheet: GpuSheet, name: str | None = None, *, source: str = "spec-sheet",
+             source_file: str | None = None, sha256: str | None = None,
+             details: dict[str, Any] | None = None) -> str:
+    """Create (or attach to) the named imported CUDA platform and store its specs (see ``register_all``). Returns
+    the platform name."""
+    return register_all(store, [SheetSource(sheet, name, source, source_file, sha256, details)])[0]
 
 
 def load(store: Store, platform: str) -> GpuSheet | None:
@@ -206,11 +247,27 @@ def peaks(store: Store, platform: str) -> dict[str, float]:
     return {k: float(v) for k, v in out.items() if v}
 
 
+def _shown(value: Any, digits: int = 0) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return "-"
+    number = round(float(value), digits)
+    return f"{number:.{digits}f}" if digits and not number.is_integer() else str(int(round(number)))
+
+
+LISTING_COLUMNS = ("name", "kind", "device", "TFLOP/s", "GB/s", "SMs", "MHz", "L2MiB", "GiB")
+
+
 def listing(store: Store) -> pd.DataFrame:
-    """Every platform with its specs where it has them, compact (TFLOP/s, GB/s, MiB, GiB) for an 80-column table."""
-    return store.query(
+    """Every platform with its specs where it has them, as display text for an 80-column table: FP32 TFLOP/s,
+    memory GB/s, SMs, clock MHz, L2 MiB, device memory GiB ('-' where unknown; device names cut at 22 characters).
+    ``pmdb sql "SELECT * FROM gpu_specs"`` has every stored figure."""
+    frame = store.query(
         "SELECT p.name, p.device_kind AS kind, coalesce(s.device, p.gpu_name, p.cpu_model) AS device, "
-        "round(s.fp32_flops / 1e12, 2) AS fp32_tflops, round(s.mem_bw / 1e9) AS mem_gbps, s.sm_count AS sms, "
-        "s.cores_per_sm AS cores_sm, round(s.clock_mhz) AS mhz, round(s.l2_bytes / 2^20, 1) AS l2_mib, "
-        "round(coalesce(s.memory_bytes, p.gpu_memory_bytes) / 2^30) AS mem_gib "
+        "s.fp32_flops / 1e12 AS tflops, s.mem_bw / 1e9 AS gbps, s.sm_count AS sms, s.clock_mhz AS mhz, "
+        "s.l2_bytes / 2^20 AS l2, coalesce(s.memory_bytes, p.gpu_memory_bytes) / 2^30 AS gib "
         "FROM platforms p LEFT JOIN gpu_specs s ON s.platform = p.name ORDER BY p.name")
+    rows = [[name, kind, "-" if device is None or device != device else
+             (str(device) if len(str(device)) <= 22 else str(device)[:21] + "~"),
+             _shown(tflops, 2), _shown(gbps), _shown(sms), _shown(mhz), _shown(l2, 1), _shown(gib)]
+            for name, kind, device, tflops, gbps, sms, mhz, l2, gib in frame.itertuples(index=False)]
+    return pd.DataFrame(rows, columns=list(LISTING_COLUMNS), dtype=object)

@@ -7,20 +7,42 @@ from typing import List, Optional
 
 import typer
 
+from pmdb import platform as platforms
 from pmdb.cli.common import open_store, render
 from pmdb.errors import PmdbError
 
 
+def _expand(files: List[Path], from_trace: bool) -> list[Path]:
+    """Files as given; a directory stands for its *.json (sheets) or *.json / *.json.gz (traces) files."""
+    out: list[Path] = []
+    for path in map(Path, files):
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and (
+                p.name.endswith(".json") or (from_trace and p.name.endswith(".json.gz"))))
+            if not found:
+                raise PmdbError(f"{path}: a directory without {'trace' if from_trace else 'spec-sheet'} JSON files")
+            out.extend(found)
+        elif not path.is_file():
+            raise PmdbError(f"no such file: {path}")
+        else:
+            out.append(path)
+    return out
+
+
 def platform_specs(ctx: typer.Context,
                    files: Optional[List[Path]] = typer.Argument(
-                       None, help="Device-config JSON files (SingleFLOPs GFLOP/s, Mem_Bw GB/s, Num_Sm, Core_Per_SM, "
-                                  "Freq MHz, L2Cache MB, Dev_Mem GB), or traces with --from-trace."),
+                       None, metavar="FILES",
+                       help="Device-config JSON files (Device; SingleFLOPs GFLOP/s and Mem_Bw GB/s required; "
+                            "Num_Sm, Core_Per_SM, Freq MHz, L2Cache MB, Dev_Mem GB optional) or, with "
+                            "--from-trace, Kineto traces (.json or .json.gz). A directory stands for its "
+                            "JSON files. All are checked before anything is stored."),
                    name: Optional[str] = typer.Option(None, "--name", "--platform",
                                                       help="Platform name (one file only; default: the device "
                                                            "name as a slug, e.g. tesla-v100-pcie-32gb)."),
                    from_trace: bool = typer.Option(False, "--from-trace",
-                                                   help="The files are Kineto traces: take the GPU's name, SMs and "
-                                                        "memory from deviceProperties (no FLOP/s or bandwidth)."),
+                                                   help="The files are Kineto traces: take the GPU's name, SM count "
+                                                        "and memory (bytes) from deviceProperties; no FLOP/s or "
+                                                        "bandwidth, and a registered sheet's figures are kept."),
                    list_: bool = typer.Option(False, "--list", help="List platforms with their specs and exit.")
                    ) -> None:
     """Register GPU platforms (device kind cuda, semantics async_device) from their spec sheets."""
@@ -32,16 +54,21 @@ def platform_specs(ctx: typer.Context,
         return
     if not files:
         raise PmdbError("give spec-sheet files (or --list); see `pmdb platform-specs --help`")
-    if name and len(files) > 1:
-        raise PmdbError("--name names one platform: give one file with it")
+    if name is not None:
+        platforms.check_name(name)
+    paths = _expand(files, from_trace)
+    if name and len(paths) > 1:
+        raise PmdbError(f"--name names one platform: give one file with it ({len(paths)} given)")
     read = gpu_specs.sheet_from_trace if from_trace else gpu_specs.read_sheet
-    sheets = [(path, *read(path)) for path in files]  # every file is checked before anything is stored
     source = "trace-device-properties" if from_trace else "spec-sheet"
+    items = []
+    for path in paths:  # every file is read and checked before anything is stored
+        sheet, details, digest = read(path)
+        items.append(gpu_specs.SheetSource(sheet, name, source, str(path), digest, details))
     with open_store(ctx) as store:
-        for path, sheet, details, digest in sheets:
-            registered = gpu_specs.register(store, sheet, name, source=source, source_file=str(path),
-                                            sha256=digest, details=details)
-            typer.echo(f"platform {registered}: {sheet.device}")
+        names = gpu_specs.register_all(store, items)
+        for registered, item in zip(names, items):
+            typer.echo(f"platform {registered}: {item.sheet.device} ({source} {item.source_file})")
         render(gpu_specs.listing(store))
 
 
