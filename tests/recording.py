@@ -6,11 +6,19 @@ the conftests put this folder on sys.path.
 * :func:`gloo_rank`: one rank of a 2-rank gloo program (all_reduce, all_to_all_single);
 * :func:`dlrm_like_rank`: one rank of a 2-rank CPU training step — a bottom MLP under DDP (gloo all_reduce), an
   EmbeddingBag whose pooled rows go through a synchronous all_to_all_single inside a custom autograd Function, a top
-  layer, BCE and SGD.
+  layer, BCE and SGD;
+* :func:`spawn_ranks`: runs one of those rank functions as real processes.
+
+A rank that finished its passes leaves with ``os._exit(0)``: on this 2-core machine a gloo/DDP helper thread still
+alive during interpreter teardown aborts the process now and then ("terminate called without an active exception",
+SIGABRT) after every file was written. A recording whose rank still aborts is made again once, from scratch.
 """
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -79,6 +87,33 @@ def _join(rank: int, world: int, port: int) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
 
 
+def _leave() -> None:
+    """End a rank whose work is done without running C++ static destructors (see the module docstring)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def spawn_ranks(rank_main: Callable[..., None], world: int, directory: Path) -> None:
+    """Run ``rank_main(rank, world, port, directory)`` on ``world`` spawned processes; again once (fresh port, files
+    removed) when a rank died of SIGABRT."""
+    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessExitedException
+
+    for attempt in (1, 2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            mp.spawn(rank_main, args=(world, port, str(directory)), nprocs=world)
+            return
+        except ProcessExitedException as exc:
+            if attempt == 2 or exc.exit_code != -signal.SIGABRT:
+                raise
+            for leftover in Path(directory).iterdir():
+                leftover.unlink()
+
+
 def gloo_rank(rank: int, world: int, port: int, directory: str) -> None:
     """One rank: init gloo, warm up, then a Kineto-only pass and an ET-only pass of the same step."""
     _join(rank, world, port)
@@ -91,6 +126,7 @@ def gloo_rank(rank: int, world: int, port: int, directory: str) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    _leave()
 
 
 BATCH, DIM = 64, 8
@@ -148,3 +184,4 @@ def dlrm_like_rank(rank: int, world: int, port: int, directory: str) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    _leave()

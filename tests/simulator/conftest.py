@@ -1,7 +1,6 @@
 """Fixtures of the simulator tests: a real 2-rank CPU trace set and the shared GPU trace, stored in a workspace."""
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 
@@ -22,19 +21,11 @@ from pmdb.config import Workspace  # noqa: E402
 from pmdb.store import Store  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def cpu_trace_files(tmp_path_factory) -> Path:
     """Kineto and ET files of both ranks of the 2-rank CPU step (recorded once per session)."""
-    import torch.multiprocessing as mp
-
     out = tmp_path_factory.mktemp("cpu_two_ranks")
-    mp.spawn(recording.dlrm_like_rank, args=(2, _free_port(), str(out)), nprocs=2)
+    recording.spawn_ranks(recording.dlrm_like_rank, 2, out)
     return out
 
 

@@ -2,7 +2,6 @@
 2-rank gloo program), and a helper to store a trace set in a fresh store."""
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 
@@ -24,11 +23,6 @@ def cpu_passes(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def gloo_traces(tmp_path_factory) -> Path:
     """Per rank of a 2-rank gloo program (all_reduce, all_to_all_single): kineto_<r>.json and et_<r>.json."""
-    import torch.multiprocessing as mp
-
     out = tmp_path_factory.mktemp("gloo")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(recording.gloo_rank, args=(2, port, str(out)), nprocs=2)
+    recording.spawn_ranks(recording.gloo_rank, 2, out)
     return out
