@@ -4,20 +4,40 @@ of a graph's ops. ``pmdb predict``, the sharding study and anything later that p
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.platform import Platform
 from pmdb.store import Store
 from pmdb.traces.graph import TraceGraph
+from pmdb.traces.phases import PHASES
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
-from simulator.engine import SimResult, simulate, steady_period
+from simulator.engine import SimResult, TimedOp, simulate, steady_period
 from simulator.model_set import ModelSelection, ModelSet, Overheads, check_cache_state, load_model_set
 from simulator.store_rows import ModelUse, Prediction
 from simulator.threads import comm_shares_core
 from simulator.timing import ModelTiming
+
+
+def phase_programs(graph: TraceGraph, programs: list[list[TimedOp]]) -> dict[str, list[list[TimedOp]]]:
+    """Each training phase's ops alone (per rank, in order), with dependencies renumbered and those on ops of another
+    phase dropped: what a measurement that times each phase on its own (synchronising in between) runs."""
+    out: dict[str, list[list[TimedOp]]] = {}
+    for phase in PHASES:
+        per_rank = []
+        for rank, program in zip(graph.ranks, programs):
+            keep = [i for i, op in enumerate(rank.ops) if op.phase == phase]
+            index = {old: new for new, old in enumerate(keep)}
+            ops = []
+            for i in keep:
+                timed = replace(program[i], waits_on=tuple(index[j] for j in program[i].waits_on if j in index))
+                ops.append(timed)
+            per_rank.append(ops)
+        if any(per_rank):
+            out[phase] = per_rank
+    return out
 
 
 @dataclass
@@ -29,6 +49,7 @@ class Simulated:
     models: list[ModelUse]        # versions used and how many ops each priced
     unmodelled: list[dict]        # ops no model priced, with their share of the traced time
     selection: ModelSelection     # what was selected, with the core rule's outcome
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> its ops alone from an idle machine (µs)
 
 
 class PredictionSession:
@@ -88,8 +109,11 @@ class PredictionSession:
         engine = sem_mod.get(self.platform.semantics, comm_shares_core=shared)
         result = simulate(programs, engine)
         used = [ModelUse(n, v, c) for (n, v), c in sorted(timing.usage.models.items())]
+        phases = {phase: simulate(ops, engine).predicted_us
+                  for phase, ops in phase_programs(graph, programs).items()}
         return Simulated(result, steady_period(programs, engine, result), used,
-                         timing.usage.unmodelled(graph.measured_us), self.models.selection.sharing_core(shared))
+                         timing.usage.unmodelled(graph.measured_us), self.models.selection.sharing_core(shared),
+                         phases)
 
     def prediction(self, graph: TraceGraph, embedding: EmbeddingStats, *, source_platform: str,
                    trace_set_id: int = -1, threads: int | None = None, measured_us: float | None = None,
@@ -101,5 +125,5 @@ class PredictionSession:
                           target_platform=self.platform.name, result=run.result, predicted_us=run.predicted_us,
                           iterations=1, measured_us=measured_us, workload_run_id=workload_run_id,
                           models=run.models, overhead_version=self.overheads.version,
-                          model_selection=run.selection, unmodelled=run.unmodelled,
+                          model_selection=run.selection, unmodelled=run.unmodelled, phases_us=run.phases,
                           elapsed_s=time.perf_counter() - started)

@@ -43,6 +43,7 @@ class Prediction:
     elapsed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)  # e.g. kernel models fitted at another thread count
     defaults: list[str] = field(default_factory=list)  # documented defaults it priced with (no overhead table, ...)
+    phases_us: dict[str, float] = field(default_factory=dict)  # model mode: fw / bw / optimizer ops alone (µs)
 
     @property
     def model_set(self) -> str | None:

@@ -43,6 +43,10 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
                            "baseline_ms": round(r.baseline_us / 1000, 3), "ops": r.ops} for r in res.ranks])
     typer.echo("\nper rank (streams: compute = calling thread on CPUs, comm = communication thread/stream):")
     render(ranks)
+    if pred.phases_us:
+        typer.echo("\nper training phase (its ops alone, from an idle device):")
+        render(pd.DataFrame([{"phase": phase, "predicted_ms": round(us / 1000, 3)}
+                             for phase, us in pred.phases_us.items()]))
     if pred.unmodelled:
         typer.echo("\nops not covered by a kernel model (fallback: roofline of measured peaks, or traced time):")
         render(pd.DataFrame(pred.unmodelled).head(15))

@@ -24,6 +24,7 @@ from pmdb.errors import PmdbError
 from pmdb.platform import Semantics
 from pmdb.store import Store
 from pmdb.traces.graph import Kernel, Op, RankGraph, Stream, TraceGraph
+from pmdb.traces.phases import phase_of
 from pmdb.traces.set_rows import complete_iterations, linked_counts, load_rank_frames, trace_set_info
 from pmdb.traces.vocabulary import common
 from pmdb.traces.units import SYNC_CALLS, RankUnits, collective_kind, nan_or
@@ -31,6 +32,15 @@ from pmdb.traces.units import SYNC_CALLS, RankUnits, collective_kind, nan_or
 BLOCKING_TOLERANCE_US = 50.0  # device and host clocks of a trace disagree by some tens of µs
 _ITEMSIZE = {"float": 4, "double": 8, "half": 2, "c10::half": 2, "c10::bfloat16": 2, "bfloat16": 2, "long int": 8,
              "int": 4, "long": 8, "bool": 1, "signed char": 1, "unsigned char": 1, "short int": 2}
+
+
+def _enclosing(units: RankUnits, unit: int) -> list[str]:
+    """Names of the ops and annotations a unit runs inside, innermost first."""
+    names, current = [], units.parent.get(unit)
+    while current is not None and current in units.row:  # a parent outside the rows read ends the walk
+        names.append(str(units.col(current, "name")))
+        current = units.parent.get(current)
+    return names
 
 
 def make_op(units: RankUnits, unit: int, kernels: list[tuple], comm_event: tuple[float, float] | None
@@ -53,7 +63,7 @@ def make_op(units: RankUnits, unit: int, kernels: list[tuple], comm_event: tuple
     is_coll = bool(units.col(unit, "is_collective")) and units.col(unit, "category") == "cpu_op"
     op = Op(name=name, input_shapes=shapes, attrs=attrs, children=children, op_id=unit, start_us=start,
             cpu_dur_us=dur, sync_streams=sync_streams,
-            collective=collective_kind(name) if is_coll else None)
+            collective=collective_kind(name) if is_coll else None, phase=phase_of(name, _enclosing(units, unit)))
     if is_coll:
         op.comm_bytes = _comm_bytes(op, twin)
     ks = []

@@ -63,6 +63,7 @@ class Op:
     children: list[tuple[str, list[Any]]] = field(default_factory=list)  # (name, input shapes) of nested ops
     op_id: int | None = None               # trace_ops.op_id it came from
     sub: list["Op"] = field(default_factory=list)  # direct child ops (built on request, for model mode on CPUs)
+    phase: str = "fw"                      # training phase: fw, bw or optimizer (pmdb.traces.phases)
 
     @property
     def is_collective(self) -> bool:

@@ -1,0 +1,30 @@
+"""Training phases of a traced op: forward, backward or optimizer, from its own name and the names of the annotations
+(and ops) it runs inside. A measured step is often timed per phase (forward, then ``loss.backward()``), so a
+prediction is made per phase too.
+
+Rules, first match wins (names compared case-insensitively):
+
+1. ``optimizer``: an enclosing annotation starts with ``Optimizer.`` (torch's ``Optimizer.step#SGD.step`` and
+   ``Optimizer.zero_grad#...``) or names an optimizer phase (contains ``optimizer``);
+2. ``bw``: the op is an autograd node (``autograd::engine::evaluate_function: ...``) or runs inside one, or an
+   enclosing annotation contains ``backward``;
+3. ``fw``: everything else (an enclosing ``forward`` annotation, or none).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+PHASES = ("fw", "bw", "optimizer")
+AUTOGRAD_PREFIX = "autograd::engine::evaluate_function"
+
+
+def phase_of(name: str, enclosing: Iterable[str]) -> str:
+    """The phase of an op called ``name`` whose enclosing annotations/ops are ``enclosing`` (any order)."""
+    names = [str(n) for n in enclosing]
+    lowered = [n.lower() for n in names]
+    if any(n.startswith("optimizer.") or "optimizer" in n for n in lowered):
+        return "optimizer"
+    if name.startswith(AUTOGRAD_PREFIX) or any(n.startswith(AUTOGRAD_PREFIX) for n in names) \
+            or any("backward" in n for n in lowered):
+        return "bw"
+    return "fw"

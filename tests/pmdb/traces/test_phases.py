@@ -1,0 +1,47 @@
+"""Training phases of traced ops: the rules of pmdb.traces.phases, and graphs of a real GPU trace (param_linear, RTX
+2080 Ti) split into forward, backward and optimizer ops that a model-mode prediction prices one by one."""
+from __future__ import annotations
+
+import pytest
+
+from collectors.traces.ingest import RankTraces, ingest_trace_set
+from pmdb import platform as platforms
+from pmdb.traces.from_store import load_graphs
+from pmdb.traces.phases import phase_of
+from simulator.predict import predict_trace_set
+
+
+@pytest.mark.parametrize("name, enclosing, phase", [
+    ("aten::linear", ["ProfilerStep#3"], "fw"),
+    ("aten::linear", ["## forward ##", "ProfilerStep#3"], "fw"),
+    ("autograd::engine::evaluate_function: AddmmBackward0", ["ProfilerStep#3"], "bw"),
+    ("aten::mm", ["autograd::engine::evaluate_function: AddmmBackward0"], "bw"),
+    ("aten::ones_like", ["pmdb.backward"], "bw"),
+    ("aten::_foreach_add_", ["Optimizer.step#SGD.step", "ProfilerStep#3"], "optimizer"),
+    ("aten::zero_", ["Optimizer.zero_grad#SGD.zero_grad"], "optimizer"),
+    ("aten::add_", ["pmdb.optimizer"], "optimizer"),
+])
+def test_phase_rules(name, enclosing, phase):
+    assert phase_of(name, enclosing) == phase
+
+
+def test_a_gpu_training_step_is_split_into_its_phases(store, shared_data):
+    folder = shared_data / "traces" / "gpu" / "param_linear"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not present")
+    platforms.ensure_named(store, "rtx", device_kind="cuda")
+    with store.run("trace", "rtx", {}) as run:
+        ts = ingest_trace_set(store, run.run_id, "rtx", [RankTraces(0, folder / "kineto.json.gz",
+                                                                     folder / "et.json.gz")], source="imported")
+    ops = load_graphs(store, ts, pick="best")[0].ranks[0].ops
+    by_phase = {p: [op.name for op in ops if op.phase == p] for p in ("fw", "bw", "optimizer")}
+    assert by_phase["fw"].count("aten::linear") == 21                 # 21 linear layers forward
+    assert sum("AddmmBackward" in n for n in by_phase["bw"]) == 21   # and their gradients backward
+    assert "aten::_foreach_add_" in by_phase["optimizer"]
+    first_bw = next(i for i, op in enumerate(ops) if op.phase == "bw")
+    assert all(op.phase != "fw" for op in ops[first_bw:])            # no forward op after the backward began
+    pred = predict_trace_set(store, ts, mode="model")
+    assert set(pred.phases_us) == {"fw", "bw", "optimizer"}
+    assert all(v > 0 for v in pred.phases_us.values())
+    # each phase alone from an idle device: together within a few % of the whole step from an idle device
+    assert sum(pred.phases_us.values()) == pytest.approx(pred.result.predicted_us, rel=0.05)
