@@ -110,7 +110,7 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
                               trace_set_id=trace_set_id, threads=run_threads(store, run_id), measured_us=measured,
                               workload_run_id=run_id)
     pred.warnings = [n for n in [thread_mismatch(store, run_id, [(m.name, m.version) for m in pred.models])] if n]
-    pred.defaults = [n for n in [session.missing_overheads()] if n]
+    pred.defaults = [n for n in [session.missing_models(), session.missing_overheads()] if n]
     for note in pred.defaults:
         print(f"pmdb: note: {note}", file=sys.stderr)
     if not pred.predicted_us > 0:

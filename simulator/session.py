@@ -92,6 +92,14 @@ class PredictionSession:
                 f"fit them from its traces with `pmdb fit overheads --platform {self.platform.name}` or borrow "
                 f"another platform's with --overheads-from")
 
+    def missing_models(self) -> str | None:
+        """One line when the platform has no kernel model at all: every op is then priced by the roofline of its
+        peaks (measured, or nominal from a spec sheet) or keeps its traced time."""
+        if self.models.kernels:
+            return None
+        return (f"platform {self.platform.name} has no fitted kernel models: ops are priced by the roofline of its "
+                f"peaks or keep their traced times; fit models with `pmdb fit --platform {self.platform.name}`")
+
     @property
     def detail(self) -> bool:
         """Whether graphs need every nested op (CPU overheads are per op call, so sync-host platforms do)."""
