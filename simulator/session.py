@@ -47,7 +47,7 @@ class Simulated:
     result: SimResult             # one iteration from an idle machine
     predicted_us: float           # steady-state iteration time
     models: list[ModelUse]        # versions used and how many ops each priced
-    unmodelled: list[dict]        # ops no model priced, with their share of the traced time
+    unmodelled: list[dict]        # ops no model priced, with their share of the traced time and of the work
     selection: ModelSelection     # what was selected, with the core rule's outcome
     phases: dict[str, float] = field(default_factory=dict)  # phase -> its ops alone from an idle machine (µs)
 
@@ -120,7 +120,7 @@ class PredictionSession:
         phases = {phase: simulate(ops, engine).predicted_us
                   for phase, ops in phase_programs(graph, programs).items()}
         return Simulated(result, steady_period(programs, engine, result), used,
-                         timing.usage.unmodelled(graph.measured_us), self.models.selection.sharing_core(shared),
+                         timing.usage.unmodelled(graph.measured_us, timing.work_us), self.models.selection.sharing_core(shared),
                          phases)
 
     def prediction(self, graph: TraceGraph, embedding: EmbeddingStats, *, source_platform: str,

@@ -49,19 +49,25 @@ class Usage:
     """Which model versions predicted how many ops; what fell back to the roofline or the trace."""
 
     models: dict[tuple[str, int], int] = field(default_factory=dict)
-    fallback: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (op, kind) -> [count, traced µs]
+    # (op, kind) -> [count, traced µs, predicted µs]; kind: roofline, trace (its traced time) or unpriced (nothing
+    # prices its device work: an untimed graph's op that no model, no roofline and no trace can time)
+    fallback: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
-    def fell_back(self, name: str, kind: str, traced_us: float) -> None:
-        entry = self.fallback.setdefault((name, kind), [0, 0.0])
+    def fell_back(self, name: str, kind: str, traced_us: float, predicted_us: float | None = None) -> None:
+        entry = self.fallback.setdefault((name, kind), [0, 0.0, 0.0])
         entry[0] += 1
         entry[1] += _z(traced_us)
+        entry[2] += _z(traced_us) if predicted_us is None else _z(predicted_us)
 
-    def unmodelled(self, measured_us: float) -> list[dict[str, Any]]:
-        """[{"op", "count", "measured_share", "fallback"}] sorted by share (share of the traced iteration time)."""
+    def unmodelled(self, measured_us: float, predicted_us: float | None = None) -> list[dict[str, Any]]:
+        """[{"op", "count", "fallback", "measured_share", "predicted_share"}] sorted by share: of the traced iteration
+        time (None for an untimed graph) and of the predicted work (µs summed over ranks and streams)."""
+        timed = measured_us and not math.isnan(measured_us)
         out = [{"op": name, "count": int(c), "fallback": kind,
-                "measured_share": (t / measured_us) if measured_us and not math.isnan(measured_us) else None}
-               for (name, kind), (c, t) in self.fallback.items()]
-        return sorted(out, key=lambda r: -(r["measured_share"] or 0.0))
+                "measured_share": (t / measured_us) if timed else None,
+                "predicted_share": (p / predicted_us) if predicted_us else None}
+               for (name, kind), (c, t, p) in self.fallback.items()]
+        return sorted(out, key=lambda r: (-(r["measured_share"] or 0.0), -(r["predicted_share"] or 0.0)))
 
 
 class ModelTiming:
@@ -76,6 +82,12 @@ class ModelTiming:
         self.usage = Usage()
         self._time: dict[int, float] = {}
         self._comm: dict[tuple[tuple[str, int], float], float] = {}
+
+    @property
+    def work_us(self) -> float:
+        """Summed op work of the graph as priced (model and roofline times, plus traced fallbacks), µs."""
+        traced = sum(p for (_, kind), (_, _, p) in self.usage.fallback.items() if kind == "trace")
+        return float(sum(self._time.values()) + traced)
 
     # ---- batched prediction --------------------------------------------------------------------------------------
     def _collect(self, node: Op, rank: int, rows: list[_Row]) -> None:
@@ -117,7 +129,7 @@ class ModelTiming:
                 for r, t in zip(group, times):
                     if not self.sync_host or self.overheads.get(r.node.name, "T5") is None:
                         self._time[id(r.node)] = float(t)
-                        self.usage.fell_back(r.node.name, "roofline", r.node.cpu_dur_us)
+                        self.usage.fell_back(r.node.name, "roofline", r.node.cpu_dur_us, float(t))
 
     def _roofline(self, key: tuple[str, str], frame: pd.DataFrame) -> np.ndarray | None:
         peaks = self.models.peaks
@@ -210,6 +222,8 @@ class ModelTiming:
                 out.append(timed)
                 continue
             if not op.kernels:
+                if not launched and not op.is_collective and map_op(op) is None:
+                    self.usage.fell_back(op.name, "unpriced", float("nan"), 0.0)  # its device work costs nothing
                 timed.cpu_us = t5
                 out.append(timed)
                 continue

@@ -48,8 +48,14 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
         render(pd.DataFrame([{"phase": phase, "predicted_ms": round(us / 1000, 3)}
                              for phase, us in pred.phases_us.items()]))
     if pred.unmodelled:
-        typer.echo("\nops not covered by a kernel model (fallback: roofline of measured peaks, or traced time):")
-        render(pd.DataFrame(pred.unmodelled).head(15))
+        typer.echo("\nops not covered by a kernel model (fallback: roofline of the peaks, traced time, or "
+                   "unpriced; shares of the traced step and of the predicted work):")
+        frame = pd.DataFrame(pred.unmodelled)
+        for column in ("measured_share", "predicted_share"):
+            if column in frame:
+                frame[column] = frame[column].map(lambda v: "-" if v is None or pd.isna(v) else f"{100 * v:.1f}%")
+        frame["op"] = frame["op"].str.replace("autograd::engine::evaluate_function: ", "bw: ", regex=False).str[:40]
+        render(frame.head(15))
 
 
 def predict(ctx: typer.Context,
