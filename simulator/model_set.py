@@ -9,6 +9,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import pandas as pd
 
+from collectors import gpu_specs
 from pmdb.errors import PmdbError
 from pmdb.platform import Semantics
 from pmdb.store import Store
@@ -91,10 +92,11 @@ class ModelSet:
 
 
 def platform_peaks(store: Store, platform: str) -> dict[str, float]:
-    """Latest measured peaks of a platform (``gemm_flops`` FLOP/s, ``mem_bw`` bytes/s, ...)."""
+    """Latest measured peaks of a platform (``gemm_flops`` FLOP/s, ``mem_bw`` bytes/s, ...); a GPU known by its
+    spec sheet has its nominal FP32 rate and bandwidth where nothing was measured on it."""
     frame = store.query("SELECT metric, max(value) AS value FROM v_platform_peaks WHERE platform = ? "
                         "AND (dtype IS NULL OR dtype = 'float32') GROUP BY metric", [platform])
-    return {m: float(v) for m, v in zip(frame["metric"], frame["value"])}
+    return {**gpu_specs.peaks(store, platform), **{m: float(v) for m, v in zip(frame["metric"], frame["value"])}}
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, int] | None]:
