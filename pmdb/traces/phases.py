@@ -8,13 +8,16 @@ Rules, first match wins (names compared case-insensitively):
    ``Optimizer.zero_grad#...``) or names an optimizer phase (contains ``optimizer``);
 2. ``bw``: the op is an autograd node (``autograd::engine::evaluate_function: ...``) or runs inside one, or an
    enclosing annotation contains ``backward``;
-3. ``fw``: everything else (an enclosing ``forward`` annotation, or none).
+3. ``loss``: an enclosing annotation is a loss phase marker (``pmdb::phase::loss``, or any name whose last ``::``
+   part is ``loss``): the loss between the model call and the backward, which a per-phase measurement times in
+   neither;
+4. ``fw``: everything else (an enclosing ``forward`` annotation, or none).
 """
 from __future__ import annotations
 
 from typing import Iterable
 
-PHASES = ("fw", "bw", "optimizer")
+PHASES = ("fw", "loss", "bw", "optimizer")
 AUTOGRAD_PREFIX = "autograd::engine::evaluate_function"
 
 
@@ -27,4 +30,6 @@ def phase_of(name: str, enclosing: Iterable[str]) -> str:
     if name.startswith(AUTOGRAD_PREFIX) or any(n.startswith(AUTOGRAD_PREFIX) for n in names) \
             or any("backward" in n for n in lowered):
         return "bw"
+    if any(n.rsplit("::", 1)[-1] == "loss" for n in lowered):
+        return "loss"
     return "fw"

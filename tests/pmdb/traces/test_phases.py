@@ -20,6 +20,9 @@ from simulator.predict import predict_trace_set
     ("aten::_foreach_add_", ["Optimizer.step#SGD.step", "ProfilerStep#3"], "optimizer"),
     ("aten::zero_", ["Optimizer.zero_grad#SGD.zero_grad"], "optimizer"),
     ("aten::add_", ["pmdb.optimizer"], "optimizer"),
+    ("aten::cross_entropy_loss", ["pmdb::phase::loss", "ProfilerStep#1"], "loss"),
+    ("aten::linear", ["pmdb::phase::forward", "ProfilerStep#1"], "fw"),
+    ("aten::mm", ["autograd::engine::evaluate_function: MmBackward0", "pmdb::phase::backward"], "bw"),
 ])
 def test_phase_rules(name, enclosing, phase):
     assert phase_of(name, enclosing) == phase
