@@ -5,7 +5,7 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collectors.workloads import dlrm_presets, sharders
 from collectors.workloads.collect import WorkloadRequest
@@ -13,6 +13,9 @@ from collectors.workloads.dlrm_presets import DlrmConfig
 from collectors.workloads.transformer import HEADS, TransformerConfig, load_overrides
 from pmdb.errors import PmdbError
 from pmdb.store import Store
+
+if TYPE_CHECKING:
+    from collectors.workloads.graph_only import GraphRequest
 
 MEMORY_SHARE = 0.8  # a DLRM's tables may use at most this share of host memory
 DEFAULT_SHARDER = "size_lookup_greedy"  # the paper's choice for its E2E tests
@@ -121,7 +124,7 @@ def _refuse(opts: dict[str, Any], names: tuple[str, ...], family: str) -> None:
 def dlrm_request(store: Store, opts: dict[str, Any]) -> WorkloadRequest:
     """DLRM: ``--preset`` | ``--config FILE`` | ``--task ID`` (+ batch size, world size, sharder or sharding file,
     index source, embedding implementation)."""
-    _refuse(opts, ("arch", "layers", "hidden", "heads", "seq_len", "head"), "dlrm")
+    _refuse(opts, ("arch", "layers", "hidden", "heads", "seq_len", "head", "graph_only", "optimizer"), "dlrm")
     chosen = [n for n in ("preset", "config", "task") if opts.get(n) is not None]
     if len(chosen) > 1:
         raise PmdbError(f"give one of --preset, --config, --task (got {', '.join('--' + c for c in chosen)})")
@@ -151,6 +154,8 @@ def transformer_request(opts: dict[str, Any]) -> WorkloadRequest:
     """Transformer: ``--arch`` (+ --layers/--hidden/--heads/--seq-len/--head, ``--config FILE`` of config-class
     arguments)."""
     _refuse(opts, ("preset", "task", "sharder", "sharding", "index_source", "embedding"), "transformer")
+    if opts.get("optimizer") is not None:
+        raise PmdbError("--optimizer goes with --graph-only (a measured transformer run always steps AdamW)")
     if not opts.get("arch"):
         raise PmdbError("give --arch (gpt2, bert, xlnet, or any model type transformers knows)")
     if (opts.get("head") or "auto") not in HEADS:
@@ -170,3 +175,49 @@ def transformer_request(opts: dict[str, Any]) -> WorkloadRequest:
 
     build_config(cfg)  # a bad architecture or shape fails here, in one line, before any rank starts
     return WorkloadRequest("transformer", cfg, batch_size, world_size, **_common(opts, world_size))
+
+
+# what a shape-only capture does not take: it runs nothing (no timing, no ranks, no values)
+GRAPH_REFUSED = ("preset", "task", "sharder", "sharding", "index_source", "embedding", "mlp_preset", "iters", "warmup",
+                 "threads", "seed", "no_trace", "trace_iters", "layers", "hidden", "heads", "timeout_s")
+
+
+def graph_request(opts: dict[str, Any], given: set[str] | frozenset[str] = frozenset()) -> "GraphRequest":
+    """Transformer ``--graph-only``: the model config (``--config FILE``, a transformers config JSON with its
+    ``model_type``, and/or ``--arch``), ``--batch-size`` (default 8), ``--seq-len`` (default 64), ``--head``,
+    ``--optimizer``. ``given``: the options set on the command line (their defaults are not refused)."""
+    from collectors.workloads.graph_only import HEADS as GRAPH_HEADS, OPTIMIZERS, GraphRequest, build_config, \
+        check_sizes, load_model_config, resolve_head
+
+    refused = [n for n in GRAPH_REFUSED if n in given and opts.get(n) not in (None, False)]
+    if "world_size" in given and opts.get("world_size") not in (None, 1):
+        refused.append("world_size")
+    if refused:
+        flags = ", ".join("--" + {"timeout_s": "timeout"}.get(n, n).replace("_", "-") for n in refused)
+        raise PmdbError(f"not an option of --graph-only captures: {flags} (a shape-only capture runs nothing: one "
+                        f"rank, no timing; give the model's shape as --config FILE)")
+    arch, path = opts.get("arch"), opts.get("config")
+    if path is None and not arch:
+        raise PmdbError("--graph-only needs the model: --config FILE (a transformers config JSON, e.g. "
+                        "../shared/data/gpu_e2e/neusight_labels/model_configs/gpt3_27.json) or --arch")
+    model_config = load_model_config(Path(path)) if path is not None else {"model_type": arch}
+    if arch and model_config.get("model_type") != arch:
+        raise PmdbError(f"--arch {arch} but the model config {path} is a {model_config['model_type']!r} model")
+    for key in ("batch_size", "seq_len"):
+        if opts.get(key) is not None and opts[key] < 1:
+            raise PmdbError(f"--{key.replace('_', '-')} must be >= 1")
+    head = opts.get("head") or "auto"
+    if head not in GRAPH_HEADS:
+        raise PmdbError(f"unknown --head {head!r} for --graph-only: use {', '.join(GRAPH_HEADS)}")
+    optimizer = opts.get("optimizer") or "none"
+    if optimizer not in OPTIMIZERS:
+        raise PmdbError(f"unknown --optimizer {optimizer!r}: use {', '.join(OPTIMIZERS)}")
+    where = str(path) if path is not None else f"--arch {arch}"
+    seq_len = opts.get("seq_len") or 64
+    config = build_config(model_config, where)
+    check_sizes(config, seq_len, where)
+    if head != "auto" and resolve_head(config, "auto") == head:
+        head = "auto"  # the recipe's own head: the same workload as a label of this model
+    name = Path(path).stem if path is not None else str(arch)
+    return GraphRequest(name, model_config, opts.get("batch_size") or 8, seq_len, head, optimizer,
+                        str(path) if path is not None else None)

@@ -46,15 +46,26 @@ def workload(
     mlp_preset: Optional[str] = typer.Option(None, "--mlp-preset", help="With --task: the preset whose MLPs to use "
                                                                         "(default dlrm_test)."),
     timeout: Optional[float] = typer.Option(None, help="Fail the run if the ranks take longer (seconds)."),
+    graph_only: bool = typer.Option(False, "--graph-only", help="Transformer: record the training step's op graph "
+                                    "with shapes on the meta device (no weights, no timing; seconds even for "
+                                    "billions of parameters) as an ET-only trace set, following the GPU e2e "
+                                    "labels' recipe (fp32, eager attention, ones as input ids, cross-entropy "
+                                    "against them, forward + backward). Give the model as --config FILE (a "
+                                    "transformers config JSON with model_type) with --batch-size and --seq-len."),
+    optimizer: Optional[str] = typer.Option(None, "--optimizer", help="With --graph-only: none (default, like the "
+                                            "labels), adamw or sgd (multi-tensor, as on a GPU) after the backward."),
 ) -> None:
     """Measure a training workload: ground truth per rank (no profiler), then a Kineto-only and an execution-trace
-    pass per rank, stored as one trace set."""
+    pass per rank, stored as one trace set. With --graph-only: record a transformer step's shapes only."""
     from collectors.workloads.collect import collect_workload
     from collectors.workloads.requests import dlrm_request, transformer_request
     from pmdb import platform as platforms
 
     opts = {k: v for k, v in ctx.params.items() if k not in ("family", "platform")}
     opts["timeout_s"] = opts.pop("timeout")
+    if graph_only and family == "transformer":
+        _graph_only(ctx, opts, platform)
+        return
     with open_store(ctx) as store:
         if family == "dlrm":
             request = dlrm_request(store, opts)
@@ -72,6 +83,31 @@ def workload(
             ("spread", f"{summary['spread']:.4f}"), ("trace_set_id", summary.get("trace_set_id", "none (--no-trace)"))]
     rows += [(f"{rank} {kind} bytes", size) for rank, kinds in summary.get("trace_bytes", {}).items()
              for kind, size in kinds.items()]
+    render(pd.DataFrame([(k, str(v)) for k, v in rows], columns=["field", "value"]))
+
+
+def _graph_only(ctx: typer.Context, opts: dict, platform: Optional[str]) -> None:
+    """``--graph-only``: validate the request (before the store is opened), capture and store it."""
+    from collectors.workloads.graph_only import collect_graph
+    from collectors.workloads.requests import graph_request
+    from pmdb import platform as platforms
+
+    # set by the user (typer vendors click: the source enum is compared by name)
+    given = {k for k in ctx.params if getattr(ctx.get_parameter_source(k), "name", "DEFAULT")
+             not in ("DEFAULT", "DEFAULT_MAP")}
+    given = {"timeout_s" if k == "timeout" else k for k in given}
+    request = graph_request(opts, given)
+    typer.echo(f"transformer {request.name}: shape-only capture, batch {request.batch_size}, sequence "
+               f"{request.seq_len}, head {request.head}, optimizer {request.optimizer}", err=True)
+    args = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}
+    with open_store(ctx) as store:
+        summary = collect_graph(store, platforms.resolve(store, platform), request, args)
+    seconds = summary["seconds"]
+    rows = [("workload_id", summary["workload_id"]), ("trace_set_id", summary["trace_set_id"]),
+            ("head", summary["head"]), ("parameters", summary["parameters"]), ("et_nodes", summary["et_nodes"]),
+            ("pruned_nodes", summary["pruned_nodes"]),
+            ("capture_s", f"{seconds['build'] + seconds['record'] + seconds['normalize']:.2f}"),
+            ("store_s", f"{seconds['store']:.2f}"), ("peak_rss_mib", summary["peak_rss_mib"])]
     render(pd.DataFrame([(k, str(v)) for k, v in rows], columns=["field", "value"]))
 
 
