@@ -83,7 +83,8 @@ def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
             "device_active_us": res.device_active_us,
             "baseline_us": res.baseline_us, "comm_unoverlapped_frac": res.comm_unoverlapped_frac,
             "measured_us": pred.measured_us, "per_rank": pred.per_rank(), "unmodelled": pred.unmodelled,
-            "iterations": pred.iterations, "elapsed_s": pred.elapsed_s}, returning="prediction_id")
+            "iterations": pred.iterations, "elapsed_s": pred.elapsed_s,
+            **{f"predicted_{phase}_us": us for phase, us in pred.phases_us.items()}}, returning="prediction_id")
         for use in pred.models:
             store.insert_one("prediction_models", {"prediction_id": prediction_id, "name": use.name,
                                                    "version": int(use.version), "ops_predicted": use.ops_predicted})

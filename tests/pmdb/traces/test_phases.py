@@ -48,3 +48,25 @@ def test_a_gpu_training_step_is_split_into_its_phases(store, shared_data):
     assert all(v > 0 for v in pred.phases_us.values())
     # each phase alone from an idle device: together within a few % of the whole step from an idle device
     assert sum(pred.phases_us.values()) == pytest.approx(pred.result.predicted_us, rel=0.05)
+
+
+def test_phases_are_stored_with_the_prediction(store, shared_data):
+    """Migration 0006: the phase columns of a stored model-mode prediction."""
+    from simulator.store_rows import store_prediction
+
+    folder = shared_data / "traces" / "gpu" / "param_resnet"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not present")
+    platforms.ensure_named(store, "rtx", device_kind="cuda")
+    with store.run("trace", "rtx", {}) as run:
+        ts = ingest_trace_set(store, run.run_id, "rtx", [RankTraces(0, folder / "kineto.json.gz",
+                                                                     folder / "et.json.gz")], source="imported")
+    pred = predict_trace_set(store, ts, mode="model")
+    with store.run("predict", "rtx", {}) as run:
+        pid = store_prediction(store, run.run_id, pred)
+    row = store.query("SELECT predicted_fw_us, predicted_loss_us, predicted_bw_us, predicted_optimizer_us "
+                      "FROM predictions WHERE prediction_id = ?", [pid]).iloc[0]
+    assert row["predicted_fw_us"] == pytest.approx(pred.phases_us["fw"])
+    assert row["predicted_bw_us"] == pytest.approx(pred.phases_us["bw"])
+    assert row["predicted_optimizer_us"] == pytest.approx(pred.phases_us["optimizer"])
+    assert row["predicted_loss_us"] != row["predicted_loss_us"]  # NaN: this trace marks no loss phase
