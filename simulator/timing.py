@@ -5,6 +5,7 @@ Every op (and, on a CPU, every nested op an op is composed of) is mapped to the 
 
 * whole-op models: a registered kernel model of (op, pass) gives the op's device time (on a CPU its time on the
   calling thread, which the microbenchmark measured including its dispatch);
+* a GPU op's backward without a model of its own: its forward model scaled by the roofline ratio of the passes;
 * otherwise an op is composed from the overhead table: T2 + its children's times + T5 between them + T3, a leaf
   costing its T5 (whole-op time); a leaf the table does not hold but opmap maps gets the roofline of the platform's
   measured peaks; anything else keeps its traced time and is reported as unmodelled (count, share of the trace);
@@ -122,6 +123,10 @@ class ModelTiming:
                         self.usage.models.get((model.name, model.version), 0) + len(group)
                 for r, t in zip(group, times):
                     self._time[id(r.node)] = float(t)
+            elif not self.sync_host and key[1] == "bwd" and (scaled := self._scaled_forward(key, frame)) is not None:
+                for r, t in zip(group, scaled):
+                    self._time[id(r.node)] = float(t)
+                    self.usage.fell_back(r.node.name, "scaled-fwd", r.node.cpu_dur_us, float(t))
             else:
                 times = self._roofline(key[:2], frame)
                 if times is None:
@@ -130,6 +135,19 @@ class ModelTiming:
                     if not self.sync_host or self.overheads.get(r.node.name, "T5") is None:
                         self._time[id(r.node)] = float(t)
                         self.usage.fell_back(r.node.name, "roofline", r.node.cpu_dur_us, float(t))
+
+    def _scaled_forward(self, key: tuple[str, str, str | None], frame: pd.DataFrame) -> np.ndarray | None:
+        """A GPU op's backward without a model of its own: its forward model's time scaled by the roofline ratio of
+        the two passes (the forward's measured efficiency carried over to the backward's work, µs). Tables that
+        hold forward kernels only (NeuSight's) price element-wise, normalisation and softmax gradients this way."""
+        forward = self.models.kernel(key[0], "fwd", key[2])
+        ratio = self._roofline((key[0], "bwd"), frame), self._roofline((key[0], "fwd"), frame)
+        if forward is None or ratio[0] is None or ratio[1] is None:
+            return None
+        times = np.asarray(forward.model.predict(frame), dtype=float)
+        self.usage.models[(forward.name, forward.version)] = \
+            self.usage.models.get((forward.name, forward.version), 0) + len(frame)
+        return times * ratio[0] / np.maximum(ratio[1], 1e-9)
 
     def _roofline(self, key: tuple[str, str], frame: pd.DataFrame) -> np.ndarray | None:
         peaks = self.models.peaks

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pmdb.traces.graph import Op
-from pmdb.traces.oparg import scalar_at
+from pmdb.traces.oparg import arg_index, scalar_at
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 # names of batched (FBGEMM TBE) and torch embedding lookups, forward and backward
@@ -330,10 +330,51 @@ def _backward(op: Op) -> Mapped | object | None:
     return None
 
 
+def _first_tensor(op: Op) -> list[int] | None:
+    tensors = _tensors(op.input_shapes)
+    return tensors[0] if tensors else None
+
+
+def _dense_embedding_backward(op: Op) -> Mapped | None:
+    """aten::embedding_(dense_)backward(grad_output[..., D], indices, num_weights, ...): the dense gradient of
+    W[num_weights, D], N = #indices (the table size is the ``num_weights`` argument, read by name)."""
+    tensors = _tensors(op.input_shapes)
+    index = arg_index(op, "num_weights")
+    rows = scalar_at(op, 2 if index is None else index)
+    if len(tensors) < 2 or not isinstance(rows, (int, float)) or rows <= 0:
+        return None
+    return _dense_embedding(int(rows), tensors[0][-1], tensors[1], "bwd")
+
+
+def _elementwise_backward(name: str) -> Callable[[Op], Mapped | None]:
+    def handler(op: Op) -> Mapped | None:
+        grad = _first_tensor(op)
+        return Mapped(name, "bwd", _rows_cols(grad)) if grad else None
+    return handler
+
+
+# ATen backward kernels called directly: what an execution trace without Kineto times (a shape-only capture) shows
+# inside the autograd nodes, which it records as annotations. Sizes from the output gradient (the first input).
+ATEN_BACKWARD: dict[str, Callable[[Op], Any]] = {
+    "native_layer_norm_backward": lambda op: _layer_norm(op, "bwd", _first_tensor(op)),
+    "native_dropout_backward": lambda op: _dropout(op, "bwd", _first_tensor(op)),
+    "embedding_dense_backward": _dense_embedding_backward, "embedding_backward": _dense_embedding_backward,
+    # nll_loss_backward(grad_output[], self[N, C], target[N], ...): writes a gradient of self's shape
+    "nll_loss_backward": lambda op: (Mapped("nll_loss", "bwd", _rows_cols(_tensors(op.input_shapes)[1]))
+                                     if len(_tensors(op.input_shapes)) > 1 else None),
+    **{name: _elementwise_backward(target) for name, target in (
+        ("gelu_backward", "gelu"), ("threshold_backward", "relu"), ("tanh_backward", "tanh"),
+        ("sigmoid_backward", "sigmoid"), ("_softmax_backward_data", "softmax"),
+        ("_log_softmax_backward_data", "softmax"))},
+}
+
+
 def map_op(op: Op) -> Mapped | object | None:
     """The (op, pass, params) of a traced top-level op, NO_WORK, or None when pmdb cannot model it."""
     if op.name.startswith(BACKWARD_PREFIX):
         return _backward(op)
+    if _short(op.name) in ATEN_BACKWARD:
+        return ATEN_BACKWARD[_short(op.name)](op)
     short = _short(op.name)
     if short in VIEW_OPS and short not in COPY_OPS:
         return NO_WORK

@@ -1,0 +1,58 @@
+"""A model captured shape-only on this CPU, predicted as a GPU known only by its spec sheet runs it: every op with
+device work is priced (a model, a forward model scaled to its backward, or the sheet's roofline), the phases are
+predicted apart, and the ground truth of a label is found. Real pieces: the meta-device capture, a slice of the real
+V100 kernel table, the real spec sheet, a real fit."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from pmdb.cli.main import main
+from pmdb.store import Store
+
+TINY_BERT = {"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+             "intermediate_size": 256, "vocab_size": 128, "max_position_embeddings": 32}
+V100 = "tesla-v100-pcie-32gb"
+
+
+def _slice(source, target, rows: int) -> None:
+    lines = gzip.decompress(source.read_bytes()).decode().splitlines()
+    target.write_text("\n".join(lines[:rows + 1]) + "\n")
+
+
+@pytest.fixture
+def captured(workspace, shared_data, tmp_path):
+    kernels = shared_data / "gpu_kernels" / "neusight"
+    if not (kernels / "Tesla_V100-PCIE-32GB").is_dir():
+        pytest.skip(f"{kernels} not present")
+    home = ["--home", str(workspace.home)]
+    assert main([*home, "platform-specs", str(kernels / "device_configs" / "Tesla_V100-PCIE-32GB.json")]) == 0
+    table = tmp_path / "gelu.csv"
+    _slice(kernels / "Tesla_V100-PCIE-32GB" / "gelu.csv.gz", table, 200)
+    assert main([*home, "collect", "import-ops", str(table), "--format", "neusight", "--platform", V100]) == 0
+    assert main([*home, "fit", "--platform", V100, "--op", "gelu", "--family", "roofline", "--no-progress"]) == 0
+    config = tmp_path / "tiny_bert.json"
+    config.write_text(json.dumps(TINY_BERT))
+    assert main([*home, "collect", "workload", "transformer", "--graph-only", "--config", str(config),
+                 "--batch-size", "2", "--seq-len", "16"]) == 0
+    return home
+
+
+def test_every_op_with_device_work_is_priced_and_phases_apart(workspace, captured, capsys):
+    capsys.readouterr()
+    assert main([*captured, "predict", "--trace-set", "1", "--target-platform", V100, "--format", "json"]) == 0
+    err = capsys.readouterr().err
+    assert f"platform {V100} has no overhead table" in err     # the documented default is named
+    with Store.open(workspace, read_only=True) as store:
+        row = store.query("SELECT predicted_us, predicted_fw_us, predicted_loss_us, predicted_bw_us, "
+                          "predicted_optimizer_us, CAST(unmodelled AS VARCHAR) AS unmodelled FROM predictions").iloc[0]
+    assert row["predicted_fw_us"] > 0 and row["predicted_loss_us"] > 0 and row["predicted_bw_us"] > 0
+    assert row["predicted_optimizer_us"] != row["predicted_optimizer_us"]   # NaN: no optimizer was captured
+    fallbacks = {(u["op"], u["fallback"]) for u in json.loads(row["unmodelled"])}
+    unpriced = {op for op, kind in fallbacks if kind == "unpriced"}
+    assert unpriced == set(), unpriced                                # the gradient kernels are all priced
+    assert ("aten::gelu_backward", "scaled-fwd") in fallbacks       # by the forward gelu model, scaled
+    assert ("aten::native_layer_norm_backward", "roofline") in fallbacks
+    assert ("aten::embedding_backward", "roofline") in fallbacks
