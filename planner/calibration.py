@@ -142,6 +142,15 @@ class Calibrations:
         self.parts = [p for p in parts if p]
         self.label = " + ".join(getattr(p, "label", type(p).__name__) for p in self.parts)
 
+    def __getattr__(self, name: str) -> Any:
+        """Terms of a fitted planner calibration (``*_latency_s``, ``*_fixed_s``, ``host_overlap``,
+        ``wave_weight``) from the first part that has them."""
+        if (name.endswith("_s") or name in ("host_overlap", "wave_weight")) and name != "parts":
+            for part in self.__dict__.get("parts", []):
+                if hasattr(part, name):
+                    return getattr(part, name)
+        raise AttributeError(name)
+
     def _ask(self, method: str, shape: tuple[int, ...], *args: Any) -> np.ndarray:
         out = np.full(shape, np.nan)
         for part in self.parts:

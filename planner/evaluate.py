@@ -6,6 +6,27 @@ slowest stage m − 1 more times, so time = m·max_i T_i + (Σ_i T_i − max_i T
 ((pp − 1)/m of the pipeline time when stages are equal). Then the data-parallel gradient reduction (and parameter
 all-gather with the distributed optimizer), overlapped with per-layer compute except one layer's share when the
 framework overlaps it; the tied-embedding all-reduce between the first and last stage; the optimizer step.
+
+A fitted planner calibration (planner/fitting.py) adds to every stage's micro-batch time
+``layers/pp · layer_fixed + microbatch_fixed`` (under 'overhead'; through the 1F1B formula it also lengthens the
+bubble), to every GEMM launch its ``gemm_latency``, to a collective over n GPUs ``(n − 1) · collective_latency``;
+the host runs ahead of the GPU: a stage's micro-batch takes ``max(device time, host time)`` where host time is
+its kernels × ``kernel_overhead`` plus the fixed costs.
+
+Terms as Megatron-DeepSpeed runs them (framework ``megatron-deepspeed``):
+
+- full activation recomputation: every layer's forward runs again before its backward,
+  ``T_layer = T_fwd + T_bwd + T_fwd``; selective recomputation re-runs only the attention core;
+- 1F1B: ``T = m · max_i T_i + (Σ_i T_i − max_i T_i)`` with T_i the per-micro-batch time of stage i (including
+  the blocking send/recv of ``mb · s · h · e`` bytes forward and back); equal stages give the bubble
+  ``(pp − 1) · T_stage``;
+- data-parallel gradient reduction: ring all-reduce of ``e · params_stage`` bytes,
+  ``2 (dp − 1)/dp · bytes / bw + 2 (dp − 1) · latency``, after the backward pass without overlap; with overlap
+  only ``max(T/L, T − (L − 1) · T_bwd_layer)`` stays exposed;
+- optimizer step (mixed-precision Adam, fp32 master weights): ``params_shard · 48 B / (HBM bw · eff)`` +
+  6 kernel overheads (see OPTIMIZER_STEP_BYTES);
+- mixed precision: GEMMs at the fp16 tensor-core peak, weights/gradients 2 B, optimizer state 12 B per parameter
+  (planner/memory.py).
 """
 from __future__ import annotations
 
@@ -60,13 +81,18 @@ def evaluate(model: Transformer, system: System, c: Candidates, fw: Framework,
     recompute = pick(c.recompute == 2, fwd, pick(c.recompute == 1, selective, {}))
     layers = (model.layers // c.pp).astype(float)
     body = scale(add(fwd, bwd, recompute), layers)
+    # fitted host costs (planner/fitting.py): layers/pp × layer_fixed + microbatch_fixed per micro-batch and stage
+    fixed = (layers * float(getattr(calibration, "layer_fixed_s", 0.0))
+             + float(getattr(calibration, "microbatch_fixed_s", 0.0)))
+    body = add(body, {"overhead": fixed})
+    host_overlap = bool(getattr(calibration, "host_overlap", False))
     emb = timer.block(costs.emb_fwd + costs.emb_bwd, c, inv)
     head = timer.block(costs.head_fwd + costs.head_bwd, c, inv)
     p2p = timer.comm_time(Comm("stage_send_recv", "p2p", "pp_comm", 0.0, "pp", count=2), c,
                           expand(costs.p2p_bytes, inv, n))
     if fw.overlap_p2p:
         p2p = np.maximum(0.0, p2p - total(body))
-    parts = _pipeline(body, emb, head, {"pp_comm": p2p}, c)
+    parts = _pipeline(body, emb, head, {"pp_comm": p2p}, c, host_overlap)
 
     params = stage_params(model, c, fw)
     e = DTYPE_BYTES[fw.dtype]
@@ -81,12 +107,17 @@ def evaluate(model: Transformer, system: System, c: Candidates, fw: Framework,
     return Evaluation(total(parts), parts, memory, fits, timer.usage)
 
 
-def _pipeline(body: Parts, emb: Parts, head: Parts, p2p: Parts, c: Candidates) -> Parts:
-    """1F1B over pp stages and nmb micro-batches; the slowest stage's parts × nmb, plus 'bubble'."""
+def _pipeline(body: Parts, emb: Parts, head: Parts, p2p: Parts, c: Candidates, host_overlap: bool = False) -> Parts:
+    """1F1B over pp stages and nmb micro-batches; the slowest stage's parts × nmb, plus 'bubble'.
+
+    ``host_overlap``: the host (kernel launches and fixed costs, 'overhead') runs ahead of the GPU, so a stage's
+    micro-batch takes ``max(device, host)``: 'overhead' keeps only ``max(0, host − device)``."""
     single = c.pp == 1
     first = add(body, emb, p2p, scale(head, single.astype(float)))
     last = add(body, head, p2p)
     middle = add(body, p2p)
+    if host_overlap:
+        first, last, middle = (_host_exposed(p) for p in (first, last, middle))
     t_first, t_last, t_middle = total(first), total(last), total(middle)
     t_max = np.maximum.reduce([t_first, np.where(single, 0.0, t_last), np.where(c.pp > 2, t_middle, 0.0)])
     t_sum = np.where(single, t_first, t_first + t_last + np.maximum(c.pp - 2, 0) * t_middle)
@@ -94,6 +125,13 @@ def _pipeline(body: Parts, emb: Parts, head: Parts, p2p: Parts, c: Candidates) -
     out = scale(critical, c.nmb.astype(float))
     out["bubble"] = t_sum - t_max
     return out
+
+
+def _host_exposed(parts: Parts) -> Parts:
+    """Parts with 'overhead' (host time) reduced to what the device time does not hide: max(0, host − device)."""
+    host = parts.get("overhead", 0.0)
+    device = total(parts) - host
+    return {**parts, "overhead": np.maximum(0.0, host - device)}
 
 
 def _data_parallel(timer: Timer, c: Candidates, fw: Framework, grad_bytes: np.ndarray, layer_fwd: np.ndarray,

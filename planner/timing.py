@@ -1,7 +1,9 @@
 """Time of a list of steps: a roofline per op (+ per-kernel overhead), ring collectives, SUMMA panel overlap.
 
 GEMMs on tensor cores use wave quantisation: a GEMM of M×N outputs is cut into 128×128 tiles; the SMs run them in
-waves, so its compute time is waves × (time of one tile of depth K on one SM at the achieved per-SM rate). This makes
+waves, so its compute time is waves × (time of one tile of depth K on one SM at the achieved per-SM rate), plus a
+fitted per-launch latency when a planner calibration gives one (planner/fitting.py; every collective then also pays
+its fitted fixed latency). This makes
 small or oddly shaped GEMMs slower than FLOPs / peak without a fitted model. A calibrated GEMM model, when given,
 replaces the roofline wherever it returns a number. Results are ``Parts``: seconds per breakdown key.
 """
@@ -58,6 +60,10 @@ class Timer:
         self.vector_rate = system.vector_flops(fw.dtype) * eff["vector"]
         self.hbm_rate = system.hbm_bw * eff["hbm"]
         self.overhead = system.op_overhead_us * 1e-6
+        # additive terms of a fitted planner calibration (planner/fitting.py); 0 without one
+        self.gemm_latency = float(getattr(calibration, "gemm_latency_s", 0.0))
+        self.collective_latency = float(getattr(calibration, "collective_latency_s", 0.0))
+        self.wave_weight = float(getattr(calibration, "wave_weight", 1.0))
         self.gemm_model: GemmModel | None = calibration if hasattr(calibration, "gemm_time") else None
         self.comm_model: CollectiveModel | None = calibration if hasattr(calibration, "collective_time") else None
         self.usage: dict[str, dict[str, int]] = {}
@@ -83,7 +89,11 @@ class Timer:
         tiles = np.ceil(M / TILE) * np.ceil(N / TILE) * count
         waves = np.ceil(tiles / self.system.sm_count)
         per_sm = self.matrix_rate / self.system.sm_count
-        time = launches * waves * (2.0 * TILE * TILE * K) / per_sm
+        quantised = waves * (2.0 * TILE * TILE * K) / per_sm
+        if self.wave_weight != 1.0:   # fitted: only this share of the wave-quantisation loss is real
+            exact = 2.0 * M * N * K * count / self.matrix_rate
+            quantised = exact + self.wave_weight * (quantised - exact)
+        time = launches * (quantised + self.gemm_latency)
         counts = self.usage.setdefault("gemm", {})
         if self.gemm_model is not None:
             fitted = np.asarray(self.gemm_model.gemm_time(M, N, K, count), dtype=float) * launches
@@ -99,7 +109,8 @@ class Timer:
     def comm_time(self, comm: Comm, cands: Candidates, nbytes: np.ndarray) -> np.ndarray:
         """Seconds of one collective for every candidate (``nbytes`` already per candidate)."""
         n, fast = cands.group(comm.dim)
-        return comm.count * collective_time(comm.kind, nbytes, n, fast, self.system, self.comm_model, self.usage)
+        time = collective_time(comm.kind, nbytes, n, fast, self.system, self.comm_model, self.usage)
+        return comm.count * (time + np.where(n > 1, self.collective_latency * (n - 1), 0.0))
 
     # ---- a list of steps --------------------------------------------------------------------------------------
     def block(self, steps: list[Step], cands: Candidates, inv: np.ndarray) -> Parts:

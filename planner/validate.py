@@ -16,6 +16,7 @@ import pandas as pd
 
 from pmdb import metrics
 from pmdb.errors import PmdbError
+from planner.calibration import Calibrations
 from planner.candidates import RECOMPUTE, Candidates, Framework
 from planner.evaluate import evaluate
 from planner.model import Transformer
@@ -98,15 +99,30 @@ def read_runs(path: Path) -> pd.DataFrame:
     return out
 
 
+def megatron_placement(tp: np.ndarray, dp: np.ndarray, pp: np.ndarray, domain: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPUs of the tensor, data and pipeline groups inside one NVLink domain (node) as Megatron orders ranks:
+    tensor fastest, then data, then pipeline: ``f_tp = min(tp, D)``, ``f_dp = min(dp, max(1, D // tp))``,
+    ``f_pp = min(pp, max(1, D // (tp · dp)))``."""
+    tp, dp, pp = (np.asarray(x, dtype=np.int64) for x in (tp, dp, pp))
+    f_tp = np.minimum(tp, domain)
+    f_dp = np.minimum(dp, np.maximum(1, domain // tp))
+    f_pp = np.minimum(pp, np.maximum(1, domain // (tp * dp)))
+    return f_tp, f_dp, f_pp
+
+
 def validate(runs: pd.DataFrame, system: System, fw: Framework, *, vocab: int, recompute: str = "full",
-             calibration: object | None = None) -> Validation:
-    """Predict every run (1D tensor parallelism, the given tp/dp/pp, all GPUs in one NVLink domain), with the
-    ideal formulas or, given a calibration, its GEMM/collective times where it covers them."""
+             calibration: object | None = None, fitted: object | None = None) -> Validation:
+    """Predict every run (1D tensor parallelism, the given tp/dp/pp), with the ideal formulas or, given a
+    calibration, its GEMM/collective times where it covers them; ``fitted`` (a
+    :class:`planner.fitting.PlannerCalibration`) replaces the system's efficiencies and adds its fixed costs.
+    Runs larger than one NVLink domain are priced with the two-tier network, groups placed as Megatron places
+    them (:func:`megatron_placement`)."""
     if recompute not in RECOMPUTE:
         raise PmdbError(f"bad recomputation {recompute!r}: use {', '.join(RECOMPUTE)}")
-    if int(runs["gpus"].max()) > system.nvlink_domain:
-        raise PmdbError(f"runs use up to {int(runs['gpus'].max())} GPUs but system {system.name} has an NVLink "
-                        f"domain of {system.nvlink_domain}: this validation covers single-domain runs")
+    if fitted is not None:
+        system = fitted.system(system)
+        calibration = fitted if calibration is None else Calibrations(calibration, fitted)
     predicted = np.zeros(len(runs))
     memory = np.zeros(len(runs))
     parts: list[dict[str, float]] = [{} for _ in range(len(runs))]
@@ -115,8 +131,10 @@ def validate(runs: pd.DataFrame, system: System, fw: Framework, *, vocab: int, r
         hidden, heads, layers, seq_len = (int(x) for x in shape)
         model = Transformer(name=f"gpt-h{hidden}-l{layers}", seq_len=seq_len, hidden=hidden, heads=heads,
                             layers=layers, vocab=vocab)
+        f_tp, f_dp, f_pp = megatron_placement(group["tp"], group["dp"], group["pp"], system.nvlink_domain)
         cands = Candidates.from_columns(
-            "1d", t1=group["tp"], pp=group["pp"], dp=group["dp"], mb=group["micro_batch"],
+            "1d", t1=group["tp"], pp=group["pp"], dp=group["dp"], f_t1=f_tp, f_dp=f_dp, f_pp=f_pp,
+            mb=group["micro_batch"],
             nmb=group["global_batch"] // (group["dp"] * group["micro_batch"]),
             recompute=RECOMPUTE.index(recompute))
         result = evaluate(model, system, cands, fw, calibration)

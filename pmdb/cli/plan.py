@@ -10,7 +10,8 @@ from pmdb import platform as platforms
 from pmdb.cli.common import open_store, render
 from pmdb.errors import PmdbError
 from planner import model as models
-from planner.candidates import STRATEGIES, framework as framework_preset
+from planner.calibration import Calibrations
+from planner.candidates import RECOMPUTE, STRATEGIES, framework as framework_preset
 from planner.registered import CHAMPION
 from planner.search import has_candidates
 from planner.study import calibration_for, display_frame, resolve_system, run_study, usage_text
@@ -24,6 +25,19 @@ _SYSTEM_HELP = ("System: a shipped description (a100, a100-40gb, h100, h200, b20
 _COLLECTIVES_HELP = ("Calibrated collectives: time them from this platform's measured curves (e.g. imported "
                      "nccl-tests results) where they cover the message size and group.")
 _STRATEGY_HELP = f"Tensor-parallel strategy to search: {', '.join(STRATEGIES)} or all."
+_CALIBRATION_HELP = ("Planner calibration of the system to use (a version number, champion or latest of "
+                     "pmdb.<system>.planner, made by `pmdb plan calibrate`).")
+
+
+def _fitted(store, system: str, version: Optional[str]):
+    """The registered planner calibration of a shipped system at ``version`` (None when not asked for)."""
+    if version is None:
+        return None
+    from planner.fitting import load_registered
+    if system.startswith("platform:") or "/" in system or system.endswith(".json"):
+        raise PmdbError(f"--calibration needs a shipped system (a100, h100, ...), not {system!r}: calibrations are "
+                        f"registered per shipped system")
+    return load_registered(store, system, version).calibration
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -65,6 +79,7 @@ def plan(ctx: typer.Context,
                                               help="A fitted model directory (fitters' saved format) for calibrated "
                                                    "mode; repeat for several."),
          collectives_from: Optional[str] = typer.Option(None, "--collectives-from", help=_COLLECTIVES_HELP),
+         planner_calibration: Optional[str] = typer.Option(None, "--calibration", help=_CALIBRATION_HELP),
          fmt: str = typer.Option("table", "--format", help="table, csv or json."),
          output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the configurations to this file."),
          quiet: bool = typer.Option(False, "--quiet", help="No progress bar.")) -> None:
@@ -85,10 +100,14 @@ def plan(ctx: typer.Context,
         if calibrated or collectives_from or model_dir:
             source = platforms.resolve(store, collectives_from) if collectives_from else platform
             calibration = calibration_for(store, source, model_dir, registry_alias=CHAMPION if calibrated else None)
+        fitted = _fitted(store, system, planner_calibration)
+        if fitted is not None:
+            chosen = fitted.system(chosen)
+            calibration = fitted if calibration is None else Calibrations(calibration, fitted)
         args = {"model": model, "gpus": gpus, "global_batch": global_batch, "system": system, "strategy": strategy,
                 "top": top, "workers": workers, "nvlink_domain": nvlink_domain, "framework": framework,
                 "calibrated": calibrated, "collectives_from": collectives_from,
-                "model_dir": [str(d) for d in model_dir]}
+                "model_dir": [str(d) for d in model_dir], "calibration": fitted.label if fitted else None}
         with store.run("plan", platform, args) as run:
             study = run_study(store, run, shape, chosen, gpus=gpus, global_batch=global_batch, strategy=strategy,
                               fw=fw, top=top, workers=workers, platform=platform, calibration=calibration,
@@ -106,6 +125,8 @@ def plan(ctx: typer.Context,
                err=fmt != "table")
     if calibration is not None:
         typer.echo(f"timed by: {usage_text(result.usage)} ({calibration.label})", err=fmt != "table")
+    if fitted is not None:
+        typer.echo(f"calibration: {fitted.label}", err=fmt != "table")
 
 
 @plan_app.command()
@@ -181,8 +202,10 @@ def validate(ctx: typer.Context,
              vocab: int = typer.Option(50257, "--vocab", help="Vocabulary size (GPT-2 tokenizer: 50257)."),
              worst: int = typer.Option(10, "--worst", help="How many of the worst-predicted rows to print."),
              collectives_from: Optional[str] = typer.Option(None, "--collectives-from", help=_COLLECTIVES_HELP),
+             planner_calibration: Optional[str] = typer.Option(None, "--calibration", help=_CALIBRATION_HELP),
              fmt: str = typer.Option("table", "--format", help="table, csv or json.")) -> None:
-    """Predict every listed run with its own parallelism (no search); report MAPE, GMAE and the worst rows."""
+    """Predict every listed run with its own parallelism (no search); report MAPE, GMAE and the worst rows.
+    Runs larger than one NVLink domain are priced with the two-tier network (groups placed as Megatron does)."""
     from planner.store_rows import save_validation
     from planner.validate import read_runs, validate as run_validation
     runs = read_runs(file)
@@ -192,9 +215,11 @@ def validate(ctx: typer.Context,
         calibration = None
         if collectives_from:
             calibration = calibration_for(store, platforms.resolve(store, collectives_from), [])
-        result = run_validation(runs, chosen, fw, vocab=vocab, recompute=recompute, calibration=calibration)
+        fitted = _fitted(store, system, planner_calibration)
+        result = run_validation(runs, chosen, fw, vocab=vocab, recompute=recompute, calibration=calibration,
+                                fitted=fitted)
         args = {"file": str(file), "system": system, "framework": framework, "recompute": recompute, "vocab": vocab,
-                "collectives_from": collectives_from}
+                "collectives_from": collectives_from, "calibration": fitted.label if fitted else None}
         with store.run("plan-validate", platform, args) as run:
             save_validation(store, run.run_id, result.rows, source_file=str(file), system=chosen, fw=fw)
             run.summary = {k: round(v, 6) if isinstance(v, float) else v for k, v in result.summary.items()}
@@ -203,9 +228,66 @@ def validate(ctx: typer.Context,
                f"std {100 * s['std']:.1f}%  max {100 * s['max']:.1f}%", err=fmt != "table")
     if calibration is not None:
         typer.echo(f"timed by: {usage_text(result.usage)} ({calibration.label})", err=fmt != "table")
+    typer.echo(f"calibration: {fitted.label if fitted else 'none (system file constants)'}", err=fmt != "table")
     shown = result.worst(worst).drop(columns=["breakdown"])
     shown = shown.assign(measured_ms=shown.pop("measured_s") * 1e3, predicted_ms=shown.pop("predicted_s") * 1e3)
     render(shown.round({"measured_ms": 1, "predicted_ms": 1, "rel_error": 3, "memory_gb": 1}), fmt)
+
+
+@plan_app.command()
+def calibrate(ctx: typer.Context,
+              runs_file: Path = typer.Option(..., "--runs", help="CSV of measured runs (the headers `pmdb plan "
+                                                                 "validate` reads)."),
+              system: str = typer.Option("a100", "--system", help="Shipped system the runs were measured on "
+                                                                  "(a100, h100, ...)."),
+              seed: int = typer.Option(0, "--seed", help="Seed of the train/test split by configuration."),
+              test_fraction: float = typer.Option(0.2, "--test-fraction",
+                                                  help="Share of the configurations held out (never fitted on)."),
+              framework: str = typer.Option("megatron-deepspeed", "--framework",
+                                            help="Framework settings the runs used (megatron-deepspeed or planner)."),
+              recompute: str = typer.Option("full", "--recompute",
+                                            help="Activation recomputation the runs used: none, selective or full."),
+              vocab: int = typer.Option(50257, "--vocab", help="Vocabulary size (GPT-2 tokenizer: 50257)."),
+              max_evaluations: int = typer.Option(400, "--max-evaluations",
+                                                  help="Most planner evaluations of the training runs the fit "
+                                                       "may spend."),
+              fmt: str = typer.Option("table", "--format", help="table, csv or json (the fitted parameters).")
+              ) -> None:
+    """Fit the planner's 9 free parameters on the training split of measured runs, report held-out MAPE/GMAE and
+    register the calibration as a new version of pmdb.<system>.planner (aliases latest, champion)."""
+    import pandas as pd
+
+    from planner import fitting
+    from planner.system import load as load_system
+    from planner.validate import read_runs
+    if system.startswith("platform:") or "/" in system or system.endswith(".json"):
+        raise PmdbError(f"bad --system {system!r}: calibrations are fitted for a shipped system (a100, h100, ...)")
+    if recompute not in RECOMPUTE:
+        raise PmdbError(f"bad --recompute {recompute!r}: use {', '.join(RECOMPUTE)}")
+    if max_evaluations < 1:
+        raise PmdbError(f"bad --max-evaluations {max_evaluations}: give a positive number")
+    base = load_system(system)
+    fw = framework_preset(framework)
+    runs = read_runs(runs_file)
+    result = fitting.fit(runs, base, fw, vocab=vocab, seed=seed, recompute=recompute, test_fraction=test_fraction,
+                         max_evaluations=max_evaluations)
+    model = fitting.PlannerCalibrationModel(result.calibration, base.as_dict(), fw.name, vocab, recompute)
+    args = {"runs": str(runs_file), "system": system, "seed": seed, "test_fraction": test_fraction,
+            "framework": framework, "recompute": recompute, "vocab": vocab, "max_evaluations": max_evaluations}
+    with open_store(ctx) as store:
+        with store.run("plan-calibrate", None, args) as run:
+            name, version, champion = fitting.register(store, result, model, fit_run_id=run.run_id,
+                                                       source=str(runs_file))
+            run.summary = {"name": name, "version": version, "test_mape": round(result.test_summary["mape"], 6),
+                           "test_gmae": round(result.test_summary["gmae"], 6), "n_params": len(fitting.PARAMS)}
+    tr, te = result.train_summary, result.test_summary
+    typer.echo(f"{name} v{version} ({len(fitting.PARAMS)} parameters, seed {seed}; champion v{champion}): "
+               f"train {tr['n']} runs MAPE {100 * tr['mape']:.1f}% GMAE {100 * tr['gmae']:.1f}%; "
+               f"held out {te['n']} runs MAPE {100 * te['mape']:.1f}% GMAE {100 * te['gmae']:.1f}%",
+               err=fmt != "table")
+    frame = pd.DataFrame([{"parameter": k, "value": round(v, 4), "unit": fitting.PARAMS[k][3]}
+                          for k, v in result.calibration.params.items()])
+    render(frame, fmt)
 
 
 def register(app: typer.Typer) -> None:
