@@ -34,6 +34,7 @@ from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.platform import Platform
 from pmdb.store import Store
+from pmdb.userfiles import read_bytes
 
 # pmdb field -> (accepted names, normalised; factor from the file's unit to pmdb's)
 _FIELDS: dict[str, tuple[tuple[str, ...], float]] = {
@@ -109,10 +110,7 @@ def read_sheet(path: Path) -> tuple[GpuSheet, dict[str, Any], str]:
     path = Path(path)
     if not path.is_file():
         raise PmdbError(f"no such file: {path}")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise PmdbError(f"cannot read {path}: {exc.strerror or exc}") from None
+    raw = read_bytes(path)
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -129,10 +127,7 @@ def sheet_from_trace(path: Path) -> tuple[GpuSheet, dict[str, Any], str]:
     path = Path(path)
     if not path.is_file():
         raise PmdbError(f"no such file: {path}")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise PmdbError(f"cannot read {path}: {exc.strerror or exc}") from None
+    raw = read_bytes(path)
     try:
         text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
         trace = json.loads(text)

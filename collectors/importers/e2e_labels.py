@@ -37,6 +37,7 @@ from collectors.workloads.store_rows import ensure_workload
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Store
+from pmdb.userfiles import expand_files, read_bytes
 
 KIND = "import-e2e"
 FORMATS = ("neusight",)
@@ -76,18 +77,7 @@ class E2eImportReport:
 
 def expand(paths: Sequence[Path]) -> list[Path]:
     """Files as given; a directory stands for its ``*.json`` label files (sorted). Missing paths are refused."""
-    out: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found = sorted(p for p in path.glob("*.json") if p.is_file())
-            if not found:
-                raise PmdbError(f"{path}: no .json label files in this directory")
-            out.extend(found)
-        elif path.is_file():
-            out.append(path)
-        else:
-            raise PmdbError(f"no such file: {path}")
-    return out
+    return expand_files(paths, (".json",), ".json label files")
 
 
 def _ms(path: Path, data: dict[str, Any], name: str) -> float:
@@ -162,10 +152,7 @@ def read_labels(paths: Sequence[Path], fmt: str, model_configs: Path | None = No
     skipped: list[tuple[Path, str]] = []
     seen: dict[str, Path] = {}
     for path in expand(paths):
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise PmdbError(f"cannot read {path}: {exc.strerror or exc}") from None
+        data = read_bytes(path)
         label = parse_neusight(path, data, model_configs)
         label.sha256, label.size_bytes = hashlib.sha256(data).hexdigest(), len(data)
         if label.sha256 in seen:

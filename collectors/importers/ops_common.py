@@ -31,6 +31,7 @@ from collectors.importers.common import import_error
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Store
+from pmdb.userfiles import expand_files, read_bytes
 
 KIND = "import-ops"
 SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
@@ -241,18 +242,7 @@ def params_json(values: Mapping[str, np.ndarray | float | int], count: int) -> t
 
 def expand(paths: Sequence[Path]) -> list[Path]:
     """Files as given; a directory stands for its CSV / gzipped CSV / Parquet files (sorted, not recursive)."""
-    out: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(SUFFIXES))
-            if not found:
-                raise PmdbError(f"{path}: a directory without .csv, .csv.gz or .parquet files")
-            out.extend(found)
-        elif not path.is_file():
-            raise PmdbError(f"no such file: {path}")
-        else:
-            out.append(path)
-    return out
+    return expand_files(paths, SUFFIXES, ".csv, .csv.gz or .parquet files")
 
 
 @dataclass
@@ -353,10 +343,7 @@ def _read_and_parse(paths: list[Path], fmt: str, parser: OpParser) -> tuple[list
     skipped: list[tuple[Path, str]] = []
     seen: dict[str, Path] = {}
     for path in paths:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise PmdbError(f"cannot read {path}: {exc.strerror or exc}") from None
+        data = read_bytes(path)
         digest = hashlib.sha256(data).hexdigest()
         if digest in seen:
             skipped.append((path, f"same content as {seen[digest]} given before"))

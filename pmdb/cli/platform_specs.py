@@ -10,23 +10,13 @@ import typer
 from pmdb import platform as platforms
 from pmdb.cli.common import open_store, render
 from pmdb.errors import PmdbError
+from pmdb.userfiles import expand_files
 
 
 def _expand(files: List[Path], from_trace: bool) -> list[Path]:
     """Files as given; a directory stands for its *.json (sheets) or *.json / *.json.gz (traces) files."""
-    out: list[Path] = []
-    for path in map(Path, files):
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and (
-                p.name.endswith(".json") or (from_trace and p.name.endswith(".json.gz"))))
-            if not found:
-                raise PmdbError(f"{path}: a directory without {'trace' if from_trace else 'spec-sheet'} JSON files")
-            out.extend(found)
-        elif not path.is_file():
-            raise PmdbError(f"no such file: {path}")
-        else:
-            out.append(path)
-    return out
+    suffixes = (".json", ".json.gz") if from_trace else (".json",)
+    return expand_files(files, suffixes, f"{'trace' if from_trace else 'spec-sheet'} JSON files")
 
 
 def platform_specs(ctx: typer.Context,

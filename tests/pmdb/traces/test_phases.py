@@ -28,14 +28,18 @@ def test_phase_rules(name, enclosing, phase):
     assert phase_of(name, enclosing) == phase
 
 
-def test_a_gpu_training_step_is_split_into_its_phases(store, shared_data):
-    folder = shared_data / "traces" / "gpu" / "param_linear"
+def _import_gpu_trace(store, folder) -> int:
+    """A shared GPU trace (Kineto + ET) as a trace set of platform 'rtx'."""
     if not folder.is_dir():
         pytest.skip(f"{folder} not present")
     platforms.ensure_named(store, "rtx", device_kind="cuda")
     with store.run("trace", "rtx", {}) as run:
-        ts = ingest_trace_set(store, run.run_id, "rtx", [RankTraces(0, folder / "kineto.json.gz",
-                                                                     folder / "et.json.gz")], source="imported")
+        return ingest_trace_set(store, run.run_id, "rtx", [RankTraces(0, folder / "kineto.json.gz",
+                                                                       folder / "et.json.gz")], source="imported")
+
+
+def test_a_gpu_training_step_is_split_into_its_phases(store, shared_data):
+    ts = _import_gpu_trace(store, shared_data / "traces" / "gpu" / "param_linear")
     ops = load_graphs(store, ts, pick="best")[0].ranks[0].ops
     by_phase = {p: [op.name for op in ops if op.phase == p] for p in ("fw", "bw", "optimizer")}
     assert by_phase["fw"].count("aten::linear") == 21                 # 21 linear layers forward
@@ -54,13 +58,7 @@ def test_phases_are_stored_with_the_prediction(store, shared_data):
     """Migration 0006: the phase columns of a stored model-mode prediction."""
     from simulator.store_rows import store_prediction
 
-    folder = shared_data / "traces" / "gpu" / "param_resnet"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not present")
-    platforms.ensure_named(store, "rtx", device_kind="cuda")
-    with store.run("trace", "rtx", {}) as run:
-        ts = ingest_trace_set(store, run.run_id, "rtx", [RankTraces(0, folder / "kineto.json.gz",
-                                                                     folder / "et.json.gz")], source="imported")
+    ts = _import_gpu_trace(store, shared_data / "traces" / "gpu" / "param_resnet")
     pred = predict_trace_set(store, ts, mode="model")
     with store.run("predict", "rtx", {}) as run:
         pid = store_prediction(store, run.run_id, pred)
