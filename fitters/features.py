@@ -98,8 +98,32 @@ def _derived(op: str, pass_: str, dtype: str, params: pd.DataFrame) -> np.ndarra
     return np.column_stack([np.log1p(np.maximum(flops, 0.0)), np.log1p(np.maximum(moved, 0.0))])
 
 
+# Ops whose leading batch dimension only adds rows: [B, M, N] runs as [1, B·M, N] (layer_norm normalises over N, so
+# does dropout; the kernel sees rows). A model trained with B constant (e.g. NeuSight's ln tables, imported as B = 1,
+# M = rows) is given B·M rows when a trace's op has B > 1, instead of silently ignoring B.
+FOLD_ROWS = {"layer_norm": ("B", "M"), "dropout": ("B", "M")}
+
+
+def fold_rows(op: str, params: pd.DataFrame, constants: Mapping[str, float]) -> pd.DataFrame:
+    """``params`` with the batch dimension of a :data:`FOLD_ROWS` op folded into its rows when the model saw the
+    batch dimension only as a constant: M' = M · B / B_train, B' = B_train (the same rows, the same elements)."""
+    fold = FOLD_ROWS.get(op)
+    if fold is None or fold[0] not in constants or fold[0] not in params.columns or fold[1] not in params.columns:
+        return params
+    batch, rows = fold
+    trained = float(constants[batch])
+    values = pd.to_numeric(params[batch], errors="coerce").to_numpy(dtype=float)
+    if trained <= 0 or np.all(values == trained):
+        return params
+    out = params.copy()
+    out[rows] = pd.to_numeric(out[rows], errors="coerce").to_numpy(dtype=float) * values / trained
+    out[batch] = trained
+    return out
+
+
 def transform(spec: FeatureSpec, params: pd.DataFrame) -> np.ndarray:
     """Feature matrix (rows x features) of ``params`` under ``spec``; a missing or bad parameter is a PmdbError."""
+    params = fold_rows(spec.op, params, spec.constants)
     missing = [p for p in spec.params if p not in params.columns]
     if missing:
         raise PmdbError(f"the {spec.op} {spec.pass_} model needs parameters {', '.join(missing)} "

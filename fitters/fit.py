@@ -6,6 +6,12 @@ Families per group: kernel ops get roofline (when the platform's peaks are measu
 lookups get the DeepSets model (``--family mlp`` selects it as ``embedding_mlp``) and the analytic sum of work terms
 (``--family roofline`` selects it as ``embedding_linear``); collectives get ``sigmoid``.
 The learned families share the time budget: each gets an equal part of what is left (gbdt half a part).
+
+GPU device timings (cache state ``device``, e.g. imported NeuSight tables) hold forward kernels only: after the
+forward GEMM groups (fully_connected, bmm) are fitted, a platform without backward rows of that op gets a
+``gemm_shapes`` version of the backward pass, the forward champion priced over the two backward GEMMs (the input and
+weight gradients, :mod:`fitters.gemm_shapes`). It has no test metrics (nothing was measured) and is the champion of
+its name; the simulator finds it like any (op, 'bwd') model.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from fitters import collective as coll, data, plots, roofline
+from fitters import collective as coll, data, gemm_shapes, plots, roofline
 from fitters.evaluate import data_hash, error_histogram, test_metrics
 from fitters.model import Model, TrainConfig, TrainingSet
 from fitters.registry import (Registry, VersionRecord, choose_champion, collective_model_name,
@@ -34,6 +40,8 @@ CACHES = ("warm", "cold", "both")
 MIN_KERNEL_ROWS = 10          # rows (after dropping bad times) a kernel model needs
 MIN_CONFIGS = 5               # distinct configurations, so both sides of the split have some
 LEARNED_WEIGHT = {"mlp": 1.0, "embedding_mlp": 1.0, "gbdt": 0.5}
+DEFAULT_BUDGET_MINUTES = 4.0  # a whole `fit --all` of one GPU's NeuSight tables (16 ops, 51k rows) ends in < 5 min
+GEMM_BACKWARD_OPS = ("fully_connected", "bmm")   # forward GEMM groups whose backward pass gemm_shapes prices
 
 
 @dataclass
@@ -43,7 +51,7 @@ class FitOptions:
     ops: list[str] | None = None          # op or collective names; None = all
     family: str = "all"
     cache: str = "both"
-    budget_minutes: float = 5.0
+    budget_minutes: float = DEFAULT_BUDGET_MINUTES
     seed: int = 0
     train_config: TrainConfig = field(default_factory=TrainConfig)
     progress: bool = True
@@ -123,6 +131,15 @@ def _kernel_split(group: data.KernelGroup, seed: int) -> Split:
     return split_rows(group.rows["config_key"], seed)
 
 
+def fit_kernel_group(group: data.KernelGroup, family: str, peaks: dict[str, float], seed: int = 0,
+                     budget_s: float = 30.0, config: TrainConfig = TrainConfig()) -> tuple[Model, Split]:
+    """One kernel group's model of ``family`` fitted on the training side of the seeded split by configuration, as
+    `pmdb fit` does (the test side is never seen); returns (model, split) for scoring the test side."""
+    split = _kernel_split(group, seed)
+    model = _fit_kernel(Task(group, family), _training_set(group, split.train, peaks), seed, budget_s, config)
+    return model, split
+
+
 def _training_set(group: data.KernelGroup, rows: np.ndarray, peaks: dict[str, float]) -> TrainingSet:
     return TrainingSet(group.op, group.pass_, group.dtype, group.params.iloc[rows].reset_index(drop=True),
                        group.rows["median_us"].to_numpy(dtype=float)[rows],
@@ -153,6 +170,7 @@ class Fitter:
         self.store, self.workspace, self.platform, self.options = store, workspace, platform, options
         self.registry = Registry(workspace)
         self.results: list[dict[str, Any]] = []
+        self._models: dict[tuple[str, int], Model] = {}   # this run's kernel models by (name, version)
 
     def run(self, tasks: list[Task], peaks: dict[str, float], fit_run_id: str) -> list[dict[str, Any]]:
         deadline = time.monotonic() + self.options.budget_minutes * 60
@@ -179,8 +197,47 @@ class Fitter:
                         for row in self.results:
                             if row["name"] == name:
                                 row["champion"] = row["version"] == champion
+                        if isinstance(group, data.KernelGroup) and self._wants_backward(group):
+                            self._gemm_backward(group, name, champion, fit_run_id)
         bar.close()
         return self.results
+
+    def _wants_backward(self, group: data.KernelGroup) -> bool:
+        """A forward GEMM group of device timings on a platform that has no backward rows of the op."""
+        if group.op not in GEMM_BACKWARD_OPS or group.pass_ != "fwd" or group.cache_state != "device":
+            return False
+        return not self.store.scalar(
+            "SELECT count(*) FROM v_op_measurements WHERE platform = ? AND op = ? AND pass = 'bwd' "
+            "AND implementation = ? AND dtype = ?", [self.platform, group.op, group.implementation, group.dtype])
+
+    def _gemm_backward(self, group: data.KernelGroup, forward_name: str, champion: int, fit_run_id: str) -> None:
+        """Register the backward pass of a forward GEMM group as its champion over the backward GEMMs."""
+        base = self._models.get((forward_name, champion))
+        base_row = self.store.query("SELECT family, data_hash, n_train, n_dropped FROM model_versions "
+                                    "WHERE name = ? AND version = ?", [forward_name, champion]).iloc[0]
+        if base is None:
+            from fitters.load import load_model
+            base = load_model(self.workspace, forward_name, champion)
+        started = time.monotonic()
+        bounds = gemm_shapes.trained_bounds(group.params.iloc[_kernel_split(group, self.options.seed).train])
+        model = gemm_shapes.GemmShapesModel(base, group.op, "bwd", str(base_row["family"]), bounds)
+        record = VersionRecord(
+            kernel_model_name(self.platform, group.op, "bwd", group.implementation, group.dtype, group.cache_state),
+            self.platform, group.op, "gemm_shapes", pass_="bwd", implementation=group.implementation,
+            dtype=group.dtype, cache_state=group.cache_state)
+        record.seed, record.data_hash = self.options.seed, str(base_row["data_hash"])
+        record.n_train, record.n_dropped = int(base_row["n_train"]), int(base_row["n_dropped"])
+        record.data_runs = sorted(group.rows["run_id"].unique().tolist())
+        record.fit_seconds = round(time.monotonic() - started, 3)
+        split = {"test": "none: no backward timings; the forward champion priced over the backward GEMMs",
+                 "base": f"{forward_name}:{champion} ({base_row['family']})", "id_column": "measurement_id"}
+        version = self.registry.log_version(self.store, fit_run_id, record, model, [], split)
+        self.registry.set_champion(self.store, record.name, version)
+        self.results.append({"name": record.name, "version": version, "family": record.family, "op": record.op,
+                             "pass": record.pass_, "cache_state": record.cache_state, "world_size": None,
+                             "test_gmae": float("nan"), "test_mape": float("nan"), "test_std": float("nan"),
+                             "n_train": record.n_train, "n_test": 0, "dropped": record.n_dropped,
+                             "seconds": round(time.monotonic() - started, 2), "champion": True})
 
     def _fit_one(self, task: Task, peaks: dict[str, float], budget_s: float, fit_run_id: str, tmp: Path) -> str:
         group, seed = task.group, self.options.seed
@@ -219,6 +276,8 @@ class Fitter:
                      "test_ids": ids.iloc[split.test].astype(int).tolist(),
                      "id_column": "collective_id" if isinstance(group, data.CollectiveGroup) else "measurement_id"}
         version = self.registry.log_version(self.store, fit_run_id, record, model, figures, split_ids)
+        if record.pass_ is not None:
+            self._models[(record.name, version)] = model
         self.results.append({"name": record.name, "version": version, "family": record.family, "op": record.op,
                              "pass": record.pass_, "cache_state": record.cache_state,
                              "world_size": record.world_size, "test_gmae": record.metrics["gmae"],

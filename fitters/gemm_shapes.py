@@ -14,7 +14,7 @@ op and pass with it; a GPU whose tables hold only forward kernels (NeuSight) get
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -41,13 +41,35 @@ def shapes(op: str, pass_: str, params: pd.DataFrame) -> list[pd.DataFrame]:
         b = np.ones(len(params))
     if pass_ == "fwd":
         return [pd.DataFrame({"B": b, "M": m, "N": n, "K": k})]
-    return [pd.DataFrame({"B": b, "M": m, "N": k, "K": n}), pd.DataFrame({"B": b, "M": k if op == "bmm" else n,
-                                                                          "N": n if op == "bmm" else k, "K": m})]
+    if pass_ != "bwd":
+        raise ValueError(f"unknown pass {pass_!r} (fwd or bwd)")
+    input_grad = pd.DataFrame({"B": b, "M": m, "N": k, "K": n})
+    if GEMM_ALIASES[op] == "bmm":   # dY[B, K, N] = X^T[B, K, M] · dZ[B, M, N]
+        return [input_grad, pd.DataFrame({"B": b, "M": k, "N": n, "K": m})]
+    return [input_grad, pd.DataFrame({"B": b, "M": n, "N": k, "K": m})]   # dW[N, K] = dY^T[N, M] · X[M, K]
 
 
-def price(base: Model, op: str, pass_: str, params: pd.DataFrame) -> np.ndarray:
-    """µs of each row: the forward model ``base`` summed over the op's GEMMs in one batched call."""
-    parts = shapes(op, pass_, params)
+def orient(gemm: pd.DataFrame, bounds: Mapping[str, float] | None) -> pd.DataFrame:
+    """A GEMM's rows and columns swapped (C^T = B^T A^T: the same FLOPs and bytes) where M lies above the largest M
+    the base model was trained on and N does not: a learned model does not extrapolate, and a backward GEMM's M is
+    often a forward N (dW[N, K] of a 50k-word output layer has 50k rows; NeuSight's linear tables stop at 8192 rows
+    but go to 65k columns). ``bounds``: {'M': max trained M, 'N': max trained N}; None leaves the GEMM as it is."""
+    if not bounds or "M" not in bounds or "N" not in bounds:
+        return gemm
+    m, n = gemm["M"].to_numpy(dtype=float), gemm["N"].to_numpy(dtype=float)
+    swap = (m > bounds["M"]) & (n <= bounds["N"]) & (n <= bounds["M"]) & (m <= bounds["N"])
+    if not swap.any():
+        return gemm
+    out = gemm.copy()
+    out["M"], out["N"] = np.where(swap, n, m), np.where(swap, m, n)
+    return out
+
+
+def price(base: Model, op: str, pass_: str, params: pd.DataFrame,
+          bounds: Mapping[str, float] | None = None) -> np.ndarray:
+    """µs of each row: the forward model ``base`` summed over the op's GEMMs in one batched call (each GEMM
+    :func:`orient`-ed into the base's trained range when ``bounds`` are given)."""
+    parts = [orient(part, bounds) for part in shapes(op, pass_, params)]
     frame = pd.concat(parts, ignore_index=True)
     if GEMM_ALIASES[op] == "fully_connected":
         frame = frame.drop(columns=["B"])  # fully_connected models were fitted with B constant (1)
@@ -55,20 +77,28 @@ def price(base: Model, op: str, pass_: str, params: pd.DataFrame) -> np.ndarray:
     return times.reshape(len(parts), len(params)).sum(axis=0)
 
 
+def trained_bounds(params: pd.DataFrame) -> dict[str, float]:
+    """{'M': max, 'N': max} of a forward GEMM model's training parameters (for :func:`orient`)."""
+    return {c: float(pd.to_numeric(params[c], errors="coerce").max()) for c in ("M", "N") if c in params.columns}
+
+
 class GemmShapesModel(Model):
-    """A forward GEMM model applied to the GEMMs of ``op`` in ``pass_`` (see the module docstring)."""
+    """A forward GEMM model applied to the GEMMs of ``op`` in ``pass_`` (see the module docstring); ``bounds`` are
+    the largest M and N the base was trained on (see :func:`orient`)."""
 
     family = "gemm_shapes"
 
-    def __init__(self, base: Model, op: str, pass_: str, base_family: str | None = None):
+    def __init__(self, base: Model, op: str, pass_: str, base_family: str | None = None,
+                 bounds: Mapping[str, float] | None = None):
         self.base, self.op, self.pass_ = base, op, pass_
         self.base_family = base_family or base.family
+        self.bounds = {k: float(v) for k, v in (bounds or {}).items()}
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        return price(self.base, self.op, self.pass_, frame)
+        return price(self.base, self.op, self.pass_, frame, self.bounds)
 
     def config(self) -> dict[str, Any]:
-        return {"op": self.op, "pass": self.pass_, "base_family": self.base_family,
+        return {"op": self.op, "pass": self.pass_, "base_family": self.base_family, "bounds": self.bounds,
                 "features": {"inputs": "B, M, N, K (pmdb GEMM parameters)", "gemms": "fitters.gemm_shapes",
                              "base": self.base.features()}}
 
@@ -77,4 +107,5 @@ class GemmShapesModel(Model):
 
     @classmethod
     def from_saved(cls, config: dict[str, Any], directory: Path) -> "GemmShapesModel":
-        return cls(load_dir(Path(directory) / BASE_DIR), config["op"], config["pass"], config["base_family"])
+        return cls(load_dir(Path(directory) / BASE_DIR), config["op"], config["pass"], config["base_family"],
+                   config.get("bounds"))

@@ -1,5 +1,6 @@
 """``pmdb fit [--op NAME ...|--all] [--family ...] [--cache ...] [--platform NAME] [--budget-minutes M]``: fit kernel,
-embedding and collective models, register every version in MLflow and move ``champion``."""
+embedding and collective models, register every version in MLflow and move ``champion``. GPU platforms with imported
+forward tables also get backward GEMM versions (``gemm_shapes``)."""
 from __future__ import annotations
 
 from typing import List, Optional
@@ -9,6 +10,8 @@ import typer
 from pmdb import platform as platforms
 from pmdb.cli.common import PlatformOption, open_store, render, workspace
 from pmdb.errors import PmdbError
+
+DEFAULT_BUDGET_MINUTES = 4.0   # fitters.fit.DEFAULT_BUDGET_MINUTES (not imported here: the CLI loads stages lazily)
 
 
 def fit(ctx: typer.Context,
@@ -20,11 +23,16 @@ def fit(ctx: typer.Context,
         cache: str = typer.Option("both", "--cache", help="Which CPU timings to fit on: warm, cold or both "
                                   "(each cache state gets its own models; GPU 'device' rows are always used)."),
         platform: Optional[str] = PlatformOption,
-        budget_minutes: float = typer.Option(5.0, "--budget-minutes", min=0.05,
-                                             help="Time budget (minutes) shared by the MLP/GBDT/DeepSets searches."),
+        budget_minutes: float = typer.Option(DEFAULT_BUDGET_MINUTES, "--budget-minutes", min=0.05,
+                                             help="Time budget (minutes) shared by the MLP/GBDT/DeepSets searches; "
+                                                  "the whole fit takes about this long plus ~15 s."),
         seed: int = typer.Option(0, "--seed", help="Seed of the splits, searches and initialisations."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")) -> None:
-    """Fit kernel, embedding and collective models, score them on held-out rows, register each fit as a new version."""
+    """Fit kernel, embedding and collective models, score them on held-out rows, register each fit as a new version.
+
+    GPU device timings (imported tables) hold forward kernels only: fully_connected and bmm then also get a
+    backward version (family gemm_shapes: the forward champion over the backward GEMMs, no test metrics). A GPU with a
+    spec sheet and no tables of its own: `pmdb fit cross-gpu --target NAME`."""
     if ctx.invoked_subcommand is not None:
         return
     if not op and not all_:

@@ -1,0 +1,237 @@
+"""The cross-GPU family on small slices of the real NeuSight tables (../shared/data; skipped without it): the wave
+roofline by hand, fit/predict through the MLflow registry, leave-one-GPU-out, a spec-only target from the CLI, and the
+one-line errors."""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from collectors import gpu_specs
+from fitters import cross_gpu, gemm_shapes
+from fitters.load import load_model
+from pmdb.cli import fit as cli_fit, fit_cross_gpu
+from pmdb.cli.main import main
+from pmdb.config import Workspace
+from pmdb.store import Store
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+NEUSIGHT = SHARED / "gpu_kernels" / "neusight"
+SOURCES = {"p4": "Tesla_P4", "t4": "Tesla_T4", "v100": "Tesla_V100-PCIE-32GB"}
+OPS = ("linear", "bmm", "ln", "add")
+ROWS = 250
+
+
+def write_slice(gpu_dir: str, op: str, out: Path, rows: int, seed: int = 0) -> Path:
+    """A seeded sample of ``rows`` rows of a real table, written as <out>/<op>.csv.gz."""
+    table = pd.read_csv(NEUSIGHT / gpu_dir / f"{op}.csv.gz", dtype=str, keep_default_na=False)
+    table = table.sample(min(rows, len(table)), random_state=seed)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{op}.csv.gz"
+    table.to_csv(path, index=False, compression="gzip")
+    return path
+
+
+def cli(home: Path, *args: str) -> tuple[int, str, str]:
+    """`pmdb --home HOME ARGS` in process (the cross-gpu command registered if pmdb.cli.fit does not list it yet)."""
+    import contextlib
+    import io
+
+    if not any(c.name == "cross-gpu" for c in cli_fit.fit_app.registered_commands):
+        fit_cross_gpu.register(cli_fit.fit_app)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--home", str(home), *map(str, args)])
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_line_error(result: tuple[int, str, str], pattern: str) -> None:
+    code, _, err = result
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith("pmdb: error: ") and re.search(pattern, lines[0]), err
+
+
+@pytest.fixture(scope="module")
+def gpu_template(tmp_path_factory, mlflow_template) -> Workspace:
+    """A workspace with ROWS-row slices of four ops on three GPUs, their sheets, the L4 sheet (no tables) and a GPU
+    with tables but no sheet; MLflow store created."""
+    if not NEUSIGHT.is_dir():
+        pytest.skip(f"shared data not present at {SHARED}")
+    root = tmp_path_factory.mktemp("crossgpu")
+    ws = Workspace(root / "ws")
+    Store.open(ws, create=True).close()
+    shutil.copy(mlflow_template.mlflow_db, ws.mlflow_db)
+    for name, gpu_dir in SOURCES.items():
+        for i, op in enumerate(OPS):
+            write_slice(gpu_dir, op, root / name, ROWS, seed=i)
+        assert cli(ws.home, "platform-specs", NEUSIGHT / "device_configs" / f"{gpu_dir}.json", "--name", name)[0] == 0
+        assert cli(ws.home, "collect", "import-ops", root / name, "--format", "neusight", "--platform", name)[0] == 0
+    assert cli(ws.home, "platform-specs", NEUSIGHT / "device_configs" / "NVIDIA_L4.json", "--name", "l4")[0] == 0
+    write_slice("Tesla_P100-PCIE-16GB", "ln", root / "nosheet", 50)
+    assert cli(ws.home, "collect", "import-ops", root / "nosheet", "--format", "neusight",
+               "--platform", "nosheet")[0] == 0
+    return ws
+
+
+@pytest.fixture
+def gpu_ws(shared_data, gpu_template, tmp_path) -> Workspace:
+    """A private copy of the template (tests register versions)."""
+    target = tmp_path / "ws"
+    shutil.copytree(gpu_template.home, target)
+    return Workspace(target)
+
+
+@pytest.fixture(scope="module")
+def ln_data(gpu_template) -> cross_gpu.CrossGpuData:
+    with Store.open(gpu_template, read_only=True) as store:
+        return cross_gpu.load_data(store, "layer_norm")
+
+
+V100 = pd.DataFrame({"fp32_flops": [14.029e12], "mem_bw": [900e9], "sm_count": [80.0], "cores_per_sm": [64.0],
+                     "clock_mhz": [1370.0], "l2_bytes": [6 * 2.0 ** 20]})
+
+
+def test_wave_roofline_by_hand():
+    # a 1024 x 1024 x 1024 GEMM: 8 x 8 = 64 output tiles of 128 x 128, one wave on 80 SMs; each SM computes one tile
+    # (2·128·128·1024 FLOP) at peak / 80, which is slower than its bytes at bandwidth / 80
+    params = pd.DataFrame({"B": [1.0], "M": [1024.0], "N": [1024.0], "K": [1024.0]})
+    work = cross_gpu.work_frame("fully_connected", "fwd", "float32", params, V100)
+    assert work["tiles"].iloc[0] == 64 and work["waves"].iloc[0] == 1
+    assert work["fill"].iloc[0] == pytest.approx(64 / 80)
+    tile_us = 2 * 128 * 128 * 1024 / (14.029e12 / 80) * 1e6
+    assert work["roof_us"].iloc[0] == pytest.approx(tile_us)
+    assert work["kernel_roof_us"].iloc[0] == pytest.approx(2 * 1024 ** 3 / 14.029e12 * 1e6)
+    # 81 tiles need two waves on 80 SMs
+    two = cross_gpu.work_frame("fully_connected", "fwd", "float32",
+                               pd.DataFrame({"B": [1.0], "M": [9 * 128.0], "N": [9 * 128.0], "K": [64.0]}), V100)
+    assert two["waves"].iloc[0] == 2
+    # element-wise: 512 elements per block, 4 resident per SM; memory bound
+    add = cross_gpu.work_frame("add", "fwd", "float32", pd.DataFrame({"M": [4096.0], "N": [4096.0]}), V100)
+    assert add["tiles"].iloc[0] == 4096 * 4096 / 512
+    assert add["kernel_roof_us"].iloc[0] == pytest.approx(3 * 4 * 4096 * 4096 / 900e9 * 1e6)
+
+
+def test_logo_and_held_out_return_finite_errors(ln_data):
+    assert sorted(set(ln_data.gpu)) == ["p4", "t4", "v100"] and len(ln_data) == 3 * ROWS
+    predictions: dict = {}
+    logo = cross_gpu.leave_one_gpu_out(ln_data, seed=0, predictions=predictions)
+    assert sorted(logo) == ["p4", "t4", "v100"]
+    for gpu, result in logo.items():
+        assert math.isfinite(result["gmae"]) and result["gmae"] < 1.0 and result["n"] == ROWS
+        predicted, measured = predictions[gpu]
+        assert (predicted > 0).all() and len(measured) == ROWS
+    held = cross_gpu.held_out(ln_data, seed=0)
+    assert sorted(held["per_gpu"]) == ["p4", "t4", "v100"] and math.isfinite(held["all"]["gmae"])
+    assert held["all"]["n"] < len(ln_data) / 2           # the 20 % test side only
+    again = cross_gpu.leave_one_gpu_out(ln_data, seed=0, gpus=["t4"])
+    assert list(again) == ["t4"] and again["t4"]["gmae"] == logo["t4"]["gmae"]   # deterministic for a seed
+
+
+def test_a_seen_gpu_keeps_its_floor_an_unseen_one_gets_the_median(ln_data):
+    model = cross_gpu.fit(ln_data, seed=0)
+    assert sorted(model.floors) == ["p4", "t4", "v100"]
+    assert model.floor_of("v100") == pytest.approx(np.quantile(ln_data.times_us[ln_data.gpu == "v100"], 0.01))
+    assert model.floor_of("l4") == model.floor_us == pytest.approx(np.median(list(model.floors.values())))
+    sheet = gpu_specs.GpuSheet("Tesla V100-PCIE-32GB", 14.029e12, 900e9, 80, 64, 1370.0, 6 * 2 ** 20)
+    assert model.for_gpu(sheet, "v100").target["floor_us"] == model.floor_of("v100")
+    rows = ln_data.subset(np.flatnonzero(ln_data.gpu == "v100")[:20])
+    own = model.predict(rows.with_specs(model.floors))
+    np.testing.assert_allclose(model.for_gpu(sheet, "v100").predict(rows.params), own)
+    assert not np.allclose(model.predict(rows.with_specs()), own)    # the median floor prices them differently
+    sparse = model.for_gpu(gpu_specs.GpuSheet("a sheet without L2, cores or clock", 1e13, 5e11, 40), "x")
+    assert np.isfinite(sparse.predict(rows.params)).all()
+    json.dumps(sparse.config(), allow_nan=False)         # what the registry stores has no NaN
+
+
+def test_layer_norm_batch_folds_into_rows(ln_data, tmp_path):
+    model = cross_gpu.fit(ln_data, seed=0)
+    assert model.constants == {"B": 1.0}      # NeuSight's ln is imported as B = 1, M = rows
+    bound = model.for_gpu(gpu_specs.GpuSheet("Tesla V100-PCIE-32GB", 14.029e12, 900e9, 80, 64, 1370.0,
+                                             6 * 2 ** 20), "v100")
+    batched = bound.predict(pd.DataFrame({"B": [8.0], "M": [512.0], "N": [1024.0]}))
+    flat = bound.predict(pd.DataFrame({"B": [1.0], "M": [4096.0], "N": [1024.0]}))
+    assert batched == pytest.approx(flat)
+    loaded = cross_gpu.CrossGpuModel.from_saved(bound.config(), bound.save(tmp_path / "m"))
+    np.testing.assert_allclose(loaded.predict(pd.DataFrame({"B": [8.0], "M": [512.0], "N": [1024.0]})), batched)
+    with pytest.raises(Exception, match="forward pass only"):
+        bound.predict_pass(pd.DataFrame({"B": [1.0], "M": [64.0], "N": [64.0]}), "bwd")
+
+
+def test_spec_only_target_roundtrip_through_the_registry(gpu_ws):
+    options = cross_gpu.CrossGpuOptions(target="l4", ops=["fully_connected", "layer_norm"])
+    with Store.open(gpu_ws) as store:
+        results, notes = cross_gpu.fit_for_target(store, gpu_ws, options)
+        versions = store.query("SELECT name, version, family, pass, test_gmae, n_train, n_test FROM model_versions "
+                               "ORDER BY name")
+        champions = store.query("SELECT name, version FROM model_aliases WHERE alias = 'champion'")
+        data = cross_gpu.load_data(store, "fully_connected")
+        sheet = gpu_specs.load(store, "l4")
+    assert notes == [] and results.attrs["sources"] == ["p4", "t4", "v100"]
+    assert versions["name"].tolist() == ["pmdb.l4.fully_connected.bwd.device", "pmdb.l4.fully_connected.fwd.device",
+                                         "pmdb.l4.layer_norm.fwd.device"]
+    fwd = versions[versions["pass"] == "fwd"]
+    assert (fwd["family"] == "cross_gpu").all() and (fwd["n_train"] == 3 * ROWS).all()
+    assert fwd["test_gmae"].notna().all() and (fwd["n_test"] == 3 * ROWS).all()   # leave-one-GPU-out over 3 sources
+    bwd = versions[versions["pass"] == "bwd"].iloc[0]
+    assert bwd["family"] == "gemm_shapes" and pd.isna(bwd["test_gmae"]) and bwd["n_test"] == 0
+    assert sorted(champions["name"]) == sorted(versions["name"])
+    # the registered model is the deterministic fit bound to L4's sheet, saved and loaded through MLflow
+    frame = data.params.iloc[:40]
+    fresh = cross_gpu.fit(data, seed=0).for_gpu(sheet, "l4")
+    loaded = load_model(gpu_ws, "pmdb.l4.fully_connected.fwd.device", "champion")
+    assert isinstance(loaded, cross_gpu.CrossGpuModel) and loaded.target["platform"] == "l4"
+    assert loaded.target["fp32_flops"] == pytest.approx(31334e9)
+    floors = {g: np.quantile(data.times_us[data.gpu == g], cross_gpu.FLOOR_QUANTILE) for g in ("p4", "t4", "v100")}
+    assert loaded.floors == pytest.approx(floors)     # L4's floor is unknowable: the sources' median
+    assert loaded.target["floor_us"] == pytest.approx(np.median(list(floors.values())))
+    np.testing.assert_allclose(loaded.predict(frame), fresh.predict(frame))
+    backward = load_model(gpu_ws, "pmdb.l4.fully_connected.bwd.device", "champion")
+    assert backward.bounds == {"M": data.params["M"].max(), "N": data.params["N"].max()}
+    expected = sum(fresh.predict(gemm_shapes.orient(part, backward.bounds))
+                   for part in gemm_shapes.shapes("fully_connected", "bwd", frame))
+    np.testing.assert_allclose(backward.predict(frame), expected)
+    inside = frame[(frame["N"] <= backward.bounds["M"])]      # no GEMM to turn: the model's own backward pricing
+    assert 0 < len(inside) < len(frame)
+    np.testing.assert_allclose(fresh.predict_pass(inside, "bwd"), backward.predict(inside))
+
+
+def test_a_target_with_tables_is_tested_on_its_own_rows(gpu_ws):
+    options = cross_gpu.CrossGpuOptions(target="v100", ops=["layer_norm"], sources=["p4", "t4"], logo=False)
+    with Store.open(gpu_ws) as store:
+        results, _ = cross_gpu.fit_for_target(store, gpu_ws, options)
+    row = results.iloc[0]
+    assert row["test"] == "own rows" and row["n_test"] == ROWS and row["n_train"] == 2 * ROWS
+    assert math.isfinite(row["gmae"]) and row["champion"]
+
+
+def test_cli_registers_versions_for_a_spec_only_gpu(gpu_ws):
+    code, out, err = cli(gpu_ws.home, "fit", "cross-gpu", "--target", "l4", "--op", "bmm", "--op", "add",
+                         "--no-progress", "--max-rows", "150")
+    assert code == 0, err
+    assert re.search(r"pmdb\.l4\.bmm\.fwd\.device\s+1\s+cross_gpu\s+leave-one-GPU-out", out)
+    assert re.search(r"pmdb\.l4\.bmm\.bwd\.device\s+1\s+gemm_shapes", out)
+    assert re.search(r"pmdb\.l4\.add\.fwd\.device\s+1\s+cross_gpu", out)
+    assert "3 model versions registered on l4, learned from p4, t4, v100" in out
+    with Store.open(gpu_ws, read_only=True) as store:
+        assert store.scalar("SELECT max(n_train) FROM model_versions WHERE name LIKE 'pmdb.l4.bmm.fwd%'") == 450
+        assert store.scalar("SELECT status FROM collection_runs WHERE kind = 'fit-cross-gpu'") == "completed"
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--target", "h100"], r"unknown platform 'h100' \(platforms with spec sheets: l4, p4, t4, v100"),
+    (["--target", "nosheet"], r"platform 'nosheet' has no GPU spec sheet: register one with `pmdb platform-specs"),
+    (["--target", "l4", "--source", "nosheet"], r"no spec sheet or no device timings for source GPU\(s\) nosheet"),
+    (["--target", "l4", "--source", "l4"], r"cannot be one of its own sources"),
+    (["--target", "l4", "--op", "conv2d"], r"too few source GPUs with tables of conv2d \(need 2; ops with enough: "
+                                           r"add, bmm, fully_connected, layer_norm\)"),
+    (["--target", "l4", "--source", "p4", "--op", "add"], r"too few source GPUs with tables of add"),
+])
+def test_cli_bad_input_is_one_line(gpu_template, shared_data, args, pattern):
+    one_line_error(cli(gpu_template.home, "fit", "cross-gpu", *args, "--no-progress"), pattern)
