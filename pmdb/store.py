@@ -27,6 +27,24 @@ from pmdb.errors import PmdbError
 BATCH_ROWS = 2000  # rows per write transaction: an interruption loses at most this batch
 
 
+class StoreWriteError(PmdbError):
+    """Rows could not be written (disk full, I/O error): the run fails, rows committed before are kept."""
+
+    exit_code = 1
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C/SIGTERM ended a collection run; the message says what the run kept."""
+
+
+_interruptions: list[str] = []  # what interrupted runs of this process kept, for the CLI's closing line
+
+
+def interruptions() -> list[str]:
+    """One line per run of this process that Ctrl-C/SIGTERM interrupted: the run and the rows it kept."""
+    return list(_interruptions)
+
+
 def _pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -83,38 +101,95 @@ class Store:
         self.read_only = read_only
         self._json_columns: dict[str, set[str]] = {}
         self._holder_written = False
+        self._in_transaction = False
 
     # ---- opening -------------------------------------------------------------------------------------------
     @classmethod
     def open(cls, workspace: Workspace, *, read_only: bool = False, create: bool = False,
              command: str | None = None) -> "Store":
-        """Open the store (creating the workspace when ``create``), apply pending migrations, mark stale runs."""
+        """Open the store (creating the workspace when ``create``), check it, apply pending migrations and mark
+        stale runs. Readers share the store: they open it read-only (a writer once only when migrations are due)
+        and see runs whose process is gone as 'interrupted'."""
         if create:
             workspace.create_dirs()
         else:
             workspace.require()
         if read_only:
-            store = cls._connect(workspace, read_only=False, command=command)
-            store.close()  # migrations and stale-run marking need a writer once
-        store = cls._connect(workspace, read_only=read_only, command=command)
-        if not read_only:
+            store = cls._connect(workspace, read_only=True, command=command)
+            try:
+                pending = migrator.check(store.conn, migrator.available())
+            except BaseException:
+                store.close()
+                raise
+            if pending:  # an older store: migrate it once with a writer, then read
+                store.close()
+                cls.open(workspace, command=command).close()
+                store = cls._connect(workspace, read_only=True, command=command)
+            store._show_stale_runs()
+            return store
+        store = cls._connect(workspace, read_only=False, command=command)
+        try:
             migrator.migrate(store.conn)
             store._install_views()
             store.mark_stale_runs()
+        except BaseException:
+            store.close()
+            raise
         return store
 
     @classmethod
     def _connect(cls, workspace: Workspace, *, read_only: bool, command: str | None) -> "Store":
+        path = workspace.db_path
         try:
-            conn = duckdb.connect(str(workspace.db_path), read_only=read_only)
-        except duckdb.IOException as exc:
-            if "lock" in str(exc).lower():
-                raise PmdbError(_lock_message(workspace)) from None
-            raise PmdbError(f"cannot open {workspace.db_path}: {str(exc).splitlines()[0]}") from None
+            conn = duckdb.connect(str(path), read_only=read_only)
+        except duckdb.Error as exc:
+            text = str(exc)
+            if "lock" in text.lower():
+                raise PmdbError(_lock_message(workspace, read_only)) from None
+            wal = path.with_name(path.name + ".wal")
+            if "wal" in text.lower() and wal.exists():
+                raise PmdbError(
+                    f"the store's write-ahead log {wal} is damaged ({_first_line(text)}): move it aside "
+                    f"(`mv {wal} {wal}.damaged`) to open the store as of its last checkpoint; the writes logged "
+                    f"since then are lost") from None
+            hint = f": it is damaged: {_DAMAGED_HINT}" if _looks_damaged(text) else ""
+            raise PmdbError(f"cannot open the store {path} ({_first_line(text)}){hint}") from None
         store = cls(workspace, conn, read_only)
+        try:
+            store._check_integrity()
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):  # leave a damaged file as found: no checkpoint into it
+                conn.execute("PRAGMA disable_checkpoint_on_shutdown")
+            conn.close()
+            raise
         if not read_only:
             store._write_holder(command)
         return store
+
+    def _check_integrity(self) -> None:
+        """Refuse a store file shorter than the blocks its tables use (truncated or cut by a failed copy)."""
+        path = self.workspace.db_path
+        try:
+            tables = [t for (t,) in self.conn.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+                "AND NOT temporary").fetchall()]
+            block_size = self.conn.execute(
+                "SELECT block_size FROM pragma_database_size() WHERE database_name = current_database()").fetchone()
+            highest = -1
+            for start in range(0, len(tables), 50):
+                parts = [f"SELECT max(block_id) AS b FROM pragma_storage_info('{t}') WHERE persistent"
+                         for t in tables[start:start + 50]]
+                if parts:
+                    value = self.conn.execute(f"SELECT max(b) FROM ({' UNION ALL '.join(parts)})").fetchone()[0]
+                    highest = max(highest, -1 if value is None else int(value))
+        except duckdb.Error as exc:
+            raise PmdbError(f"the store {path} is damaged ({_first_line(str(exc))}): {_DAMAGED_HINT}") from None
+        if highest >= 0 and block_size:
+            needed = _HEADER_BYTES + (highest + 1) * int(block_size[0])
+            size = path.stat().st_size
+            if size < needed:
+                raise PmdbError(f"the store {path} is damaged: the file has {size} bytes but its tables use "
+                                f"{needed}: {_DAMAGED_HINT}")
 
     @property
     def _holder_path(self) -> Path:
@@ -129,7 +204,8 @@ class Store:
 
     def close(self) -> None:
         if self.conn is not None:
-            self.conn.close()
+            with contextlib.suppress(duckdb.Error):  # a failed checkpoint (disk full) keeps the rows in the WAL
+                self.conn.close()
             self.conn = None  # type: ignore[assignment]
         if self._holder_written:
             with contextlib.suppress(OSError):
@@ -163,13 +239,21 @@ class Store:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
+        """One transaction; nested blocks join the outer one (all or nothing)."""
+        if self._in_transaction:
+            yield
+            return
         self.conn.execute("BEGIN TRANSACTION")
+        self._in_transaction = True
         try:
             yield
+            self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            with contextlib.suppress(duckdb.Error):  # a failed COMMIT has already ended the transaction
+                self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
+        finally:
+            self._in_transaction = False
 
     def json_columns(self, table: str) -> set[str]:
         if table not in self._json_columns:
@@ -217,17 +301,46 @@ class Store:
         return result.fetchone()[0] if returning else None
 
     # ---- runs --------------------------------------------------------------------------------------------
-    def mark_stale_runs(self) -> int:
-        """Mark 'running' runs whose process is gone as 'interrupted'. Returns how many were marked."""
+    def stale_runs(self) -> list[str]:
+        """'running' runs whose process is gone (another host, a dead pid, or this very process)."""
         host = socket.gethostname()
-        stale = [run_id for run_id, pid, run_host in self.conn.execute(
+        return [run_id for run_id, pid, run_host in self.conn.execute(
             "SELECT run_id, pid, hostname FROM collection_runs WHERE status = 'running'").fetchall()
             if run_host != host or not _pid_alive(pid) or pid == os.getpid()]
+
+    def mark_stale_runs(self) -> int:
+        """Mark 'running' runs whose process is gone as 'interrupted'. Returns how many were marked."""
+        stale = self.stale_runs()
         for run_id in stale:
             self.conn.execute(
                 "UPDATE collection_runs SET status = 'interrupted', finished_at = current_timestamp, "
-                "error = coalesce(error, 'the process ended before the run finished') WHERE run_id = ?", [run_id])
+                f"error = coalesce(error, '{_STALE_ERROR}') WHERE run_id = ?", [run_id])
         return len(stale)
+
+    def _show_stale_runs(self) -> None:
+        """For a reader (who may not write): a temporary view shadows collection_runs showing stale runs as
+        'interrupted', so readers and the views built on it agree with what the next writer will record."""
+        stale = self.stale_runs()
+        if not stale:
+            return
+        database = self.conn.execute("SELECT current_database()").fetchone()[0].replace('"', '""')
+        ids = ", ".join("'" + run_id.replace("'", "''") + "'" for run_id in stale)
+        self.conn.execute(
+            f"CREATE OR REPLACE TEMP VIEW collection_runs AS SELECT * REPLACE ("
+            f"CASE WHEN run_id IN ({ids}) THEN 'interrupted' ELSE status END AS status, "
+            f"CASE WHEN run_id IN ({ids}) THEN coalesce(error, '{_STALE_ERROR}') ELSE error END AS error) "
+            f'FROM "{database}".main.collection_runs')
+
+    def rows_of_run(self, run_id: str) -> int:
+        """Rows every table holds for this run (its collection_runs row not counted)."""
+        tables = [t for (t,) in self.conn.execute(
+            "SELECT DISTINCT c.table_name FROM information_schema.columns c JOIN information_schema.tables t "
+            "USING (table_schema, table_name) WHERE c.column_name = 'run_id' AND t.table_type = 'BASE TABLE' "
+            "AND c.table_name <> 'collection_runs'").fetchall()]
+        if not tables:
+            return 0
+        sql = " + ".join(f'(SELECT count(*) FROM "{t}" WHERE run_id = $1)' for t in tables)
+        return int(self.conn.execute(f"SELECT {sql}", [run_id]).fetchone()[0])
 
     def start_run(self, kind: str, platform: str | None, args: Mapping[str, Any] | None = None,
                   command: str | None = None) -> "Run":
@@ -245,11 +358,20 @@ class Store:
         run = self.start_run(kind, platform, args)
         try:
             yield run
-        except KeyboardInterrupt:
-            run.finish("interrupted", "interrupted by the user (Ctrl-C or SIGTERM)")
-            raise
+        except KeyboardInterrupt as exc:
+            kept = None
+            with contextlib.suppress(duckdb.Error):
+                run.finish("interrupted", "interrupted by the user (Ctrl-C or SIGTERM)")
+                kept = self.rows_of_run(run.run_id)
+            if isinstance(exc, RunInterrupted) or kept is None:
+                raise
+            message = (f"run {run.run_id} ({kind}) interrupted; it kept {kept} rows "
+                       f"(they count once a re-run of the same command resumes it)")
+            _interruptions.append(message)
+            raise RunInterrupted(message) from exc
         except BaseException as exc:
-            run.finish("failed", _one_line(exc))
+            with contextlib.suppress(duckdb.Error):  # the disk may be full: the next writer marks it interrupted
+                run.finish("failed", _one_line(exc))
             raise
         run.finish("completed")
 
@@ -270,6 +392,34 @@ class Run:
             "WHERE run_id = ?", [status, error, to_json(self.summary), self.run_id])
 
 
+_STALE_ERROR = "the process ended before the run finished"
+_HEADER_BYTES = 3 * 4096  # DuckDB's file header and two database headers precede block 0
+_DAMAGED_HINT = "restore it from a backup, or move it aside and start a new store with `pmdb init`"
+_DAMAGE_WORDS = ("corrupt", "checksum", "could not read", "serializ", "internal error", "invalid block",
+                 "database has been invalidated")
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
+def _looks_damaged(text: str) -> bool:
+    return any(word in text.lower() for word in _DAMAGE_WORDS)
+
+
+def failure_message(exc: BaseException) -> str | None:
+    """One line for a DuckDB error that escaped a command (a damaged store, a full disk), else None."""
+    if not isinstance(exc, duckdb.Error):
+        return None
+    text = str(exc)
+    if _looks_damaged(text):
+        return f"the store failed ({_first_line(text)}): it may be damaged: {_DAMAGED_HINT}"
+    if "no space" in text.lower() or "too large" in text.lower():
+        return f"writing to the store failed ({_first_line(text)}): free disk space, then re-run"
+    return f"the store failed: {_first_line(text)}"
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
@@ -279,11 +429,14 @@ def _holder_path(workspace: Workspace) -> Path:
     return workspace.db_path.with_name(workspace.db_path.name + ".holder")
 
 
-def _lock_message(workspace: Workspace) -> str:
+def _lock_message(workspace: Workspace, read_only: bool = False) -> str:
     try:
         note = json.loads(_holder_path(workspace).read_text())
         who = f"`{note['command']}` (pid {note['pid']}, since {note['since']})"
     except (OSError, ValueError, KeyError):
         who = "another process"
-    return (f"the store {workspace.db_path} is in use by {who}; DuckDB allows one writer at a time: "
-            f"wait for it to finish or stop it, then retry")
+    if read_only:
+        return (f"the store {workspace.db_path} is in use by {who}, which writes to it; readers share the store "
+                f"with each other but not with a writer: wait for it to finish or stop it, then retry")
+    return (f"the store {workspace.db_path} is in use by {who}; DuckDB allows one writer at a time "
+            f"(and no readers while it writes): wait for it to finish or stop it, then retry")

@@ -29,10 +29,16 @@ class SweepSummary:
     stats_rows_written: int = 0
     wall_s: float = 0.0
     stopped: str | None = None
+    resumed_runs: list[str] = field(default_factory=list)
+    rows_resumed: int = 0
     skips: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     reasons: list[str] = field(default_factory=list)
     _cv: dict[tuple[str, str, str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     _median: dict[tuple[str, str, str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def resumed(self, runs: list[str], rows: int) -> None:
+        """The interrupted runs whose measured rows this run adopted (the run-id chain) and how many rows."""
+        self.resumed_runs, self.rows_resumed = list(runs), rows
 
     def planned(self, items: int, resumed: int) -> None:
         self.configs_planned, self.configs_resumed = items, resumed
@@ -63,6 +69,7 @@ class SweepSummary:
                 "configs_resumed": self.configs_resumed, "configs_done": self.configs_done,
                 "rows_written": self.rows_written, "stats_rows_written": self.stats_rows_written,
                 "skipped": dict(self.skips), "skip_reasons": list(self.reasons), "stopped": self.stopped,
+                "resumed_runs": list(self.resumed_runs), "rows_resumed": self.rows_resumed,
                 "wall_s": round(self.wall_s, 2), "memory_cap_bytes": self.memory_cap_bytes,
                 "timing_environment": self.timing_environment, "timer_settings": self.timer_settings,
                 "per_op": self.per_op()}

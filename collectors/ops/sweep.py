@@ -1,7 +1,9 @@
 """The resumable microbenchmark sweep behind ``pmdb collect ops``.
 
 For every op (and implementation) the configs of the chosen sweep are planned; configs already measured on this
-platform in a completed run (same config_key and cache state) are skipped unless ``force``. Each remaining config
+platform in a completed run (same config_key and cache state) are skipped unless ``force``. Configs measured by an
+interrupted or failed ops run are adopted: their rows move into the new run (one transaction, so they count once,
+when it completes) and are skipped too; the run's summary names the runs it resumed. Each remaining config
 is built once and timed per pass and cache state; rows go to the store in batches as the sweep runs. A config over
 the memory cap, or one that runs out of memory, is stored as skipped with its reason and the sweep goes on.
 Instead of a sweep, ``SweepOptions.targets`` (``--from-traces``) gives the configs, passes and implementations.
@@ -28,7 +30,7 @@ from collectors.ops.writer import BatchWriter
 from collectors.workloads.allocator import apply_in_process
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
-from pmdb.store import Run, Store
+from pmdb.store import Run, Store, StoreWriteError
 
 if TYPE_CHECKING:
     from collectors.ops.from_traces import Target
@@ -154,8 +156,10 @@ def _op_configs(spec: OpSpec, options: SweepOptions, rng: np.random.Generator
     return thin(wanted, options.max_configs, options.seed) if options.max_configs else wanted
 
 
-def plan(store: Store, platform: str, options: SweepOptions, device: torch.device) -> tuple[list[Item], int]:
-    """Items still to measure and how many configs were already measured (skipped for resume).
+def plan(store: Store, platform: str, options: SweepOptions, device: torch.device,
+         run_id: str | None = None) -> tuple[list[Item], int]:
+    """Items still to measure and how many configs were already measured (skipped for resume): rows of completed
+    runs and of the run ``run_id`` itself (rows it adopted from interrupted runs).
 
     On a CPU the items run largest memory first. glibc serves a request above its mmap threshold (32 MiB) from a free
     heap chunk when one is big enough, without page faults; small configs freed earlier coalesce into such chunks, so
@@ -177,8 +181,10 @@ def plan(store: Store, platform: str, options: SweepOptions, device: torch.devic
         if not passes:
             continue
         done = set() if options.force else set(store.conn.execute(
-            "SELECT DISTINCT config_key, cache_state FROM v_op_measurements WHERE platform = ? AND op = ?",
-            [platform, name]).fetchall())
+            "SELECT DISTINCT config_key, cache_state FROM v_op_measurements WHERE platform = ? AND op = ? "
+            "UNION SELECT DISTINCT config_key, cache_state FROM op_measurements WHERE run_id = ? AND platform = ? "
+            "AND op = ? AND skipped IS NULL AND median_us IS NOT NULL",
+            [platform, name, run_id, platform, name]).fetchall())
         for config, only, implementations in _op_configs(spec, options, rng):
             chosen = [p for p in passes if only is None or p in only]
             if not chosen:
@@ -193,6 +199,39 @@ def plan(store: Store, platform: str, options: SweepOptions, device: torch.devic
     if device.type == "cpu":
         items.sort(key=lambda item: -item.spec.memory(item.config))  # stable: the plan's order among equals
     return items, resumed
+
+
+def adopt_interrupted(store: Store, run_id: str, platform: str, options: SweepOptions,
+                      device: torch.device) -> tuple[list[str], int]:
+    """Move into run ``run_id`` the measured rows of this platform's interrupted or failed ops runs that its plan
+    still needs (one row per config_key and cache state, the newest), with their embedding statistics, in one
+    transaction. Returns the runs resumed and the rows adopted."""
+    if options.force:
+        return [], 0
+    prior = [r for (r,) in store.conn.execute(
+        "SELECT run_id FROM collection_runs WHERE kind = 'ops' AND platform = ? AND run_id <> ? "
+        "AND status IN ('interrupted', 'failed')", [platform, run_id]).fetchall()]
+    if not prior:
+        return [], 0
+    items, _ = plan(store, platform, options, device, run_id)
+    wanted = {(item.keys[p], c) for item in items for p, c in item.todo}
+    if not wanted:
+        return [], 0
+    chosen: dict[tuple[str, str], tuple[int, str]] = {}
+    for measurement_id, source, key, cache in store.conn.execute(
+            "SELECT measurement_id, run_id, config_key, cache_state FROM op_measurements "
+            "WHERE platform = ? AND list_contains(?, run_id) AND skipped IS NULL AND median_us IS NOT NULL "
+            "ORDER BY measurement_id DESC", [platform, prior]).fetchall():
+        if (key, cache) in wanted and (key, cache) not in chosen:
+            chosen[(key, cache)] = (measurement_id, source)
+    if not chosen:
+        return [], 0
+    ids = sorted(m for m, _ in chosen.values())
+    with store.transaction():
+        for table in ("embedding_batch_stats", "op_measurements"):
+            store.conn.execute(f"UPDATE {table} SET run_id = ? WHERE list_contains(?, measurement_id)",
+                               [run_id, ids])
+    return sorted({source for _, source in chosen.values()}), len(ids)
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -255,6 +294,8 @@ class Sweep:
                                 built.stats)
                 self.summary.measured(item.spec.name, item.implementation, pass_, cache, timing)
                 todo.pop(0)
+        except StoreWriteError:
+            raise  # a batch that cannot be written fails the run: never a skipped config with rows missing
         except Exception as exc:  # noqa: BLE001 - one bad config must not end a long sweep; it is recorded
             kind = "oom" if _is_oom(exc) else "error"
             self._skip(item, todo, f"{'out of memory' if kind == 'oom' else 'error'}: "
@@ -268,7 +309,9 @@ class Sweep:
     def execute(self, progress: bool = True) -> dict[str, Any]:
         """Plan and run; returns the run summary (also kept in ``run.summary`` as the sweep goes)."""
         started = time.monotonic()
-        items, resumed = plan(self.store, self.platform, self.options, self.device)
+        runs, adopted = adopt_interrupted(self.store, self.run.run_id, self.platform, self.options, self.device)
+        self.summary.resumed(runs, adopted)
+        items, resumed = plan(self.store, self.platform, self.options, self.device, self.run.run_id)
         self.summary.planned(len(items), resumed)
         self.run.summary = self.summary.as_dict()
         bar = tqdm(items, total=len(items), unit="config", disable=not progress, dynamic_ncols=True,
@@ -288,9 +331,12 @@ class Sweep:
             raise
         finally:
             bar.close()
-            self.writer.flush()
-            self._sync(started)
             torch.set_num_threads(self._threads_before)
+            try:
+                if self.writer.failed is None:
+                    self.writer.flush()  # what was measured before an interruption is kept
+            finally:
+                self._sync(started)
         return self.run.summary
 
     def _sync(self, started: float) -> None:

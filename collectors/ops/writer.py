@@ -1,8 +1,9 @@
 """Batched writes of op measurements (and their embedding statistics) while a sweep runs.
 
 Rows are written every ``every_s`` seconds or ``max_rows`` rows, so an interruption loses at most one batch. A batch
-is written with Ctrl-C/SIGTERM held back until it is in the store, so a measurement never lands without its
-embedding statistics.
+is written in one transaction with Ctrl-C/SIGTERM held back until it is in the store, so a measurement never lands
+without its embedding statistics. A batch that cannot be written (disk full) stays pending and raises
+:class:`pmdb.store.StoreWriteError`: the run fails instead of going on with rows missing.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import threading
 import time
 from typing import Any, Iterator
 
-from pmdb.store import Store
+from pmdb.store import Store, StoreWriteError
 
 
 @contextlib.contextmanager
@@ -45,6 +46,7 @@ class BatchWriter:
         self.pending: list[tuple[dict[str, Any], list[dict[str, Any]] | None]] = []
         self.rows_written = 0
         self.stats_written = 0
+        self.failed: StoreWriteError | None = None
         self._last = time.monotonic()
 
     def add(self, row: dict[str, Any], stats: list[dict[str, Any]] | None = None) -> None:
@@ -53,20 +55,33 @@ class BatchWriter:
             self.flush()
 
     def flush(self) -> None:
+        """Write the pending rows in one transaction; on failure they stay pending and StoreWriteError is raised."""
         if not self.pending:
             return
+        if self.failed is not None:
+            raise self.failed
         with deferred_interrupts():
-            batch, self.pending = self.pending, []
-            ids = [r[0] for r in self.store.conn.execute(
-                "SELECT nextval('seq_measurement_id') FROM range(?)", [len(batch)]).fetchall()]
-            rows, stats_rows = [], []
-            for measurement_id, (row, stats) in zip(ids, batch):
-                rows.append({**row, "measurement_id": measurement_id, "run_id": self.run_id})
-                for stat in stats or ():
-                    stats_rows.append({**stat, "measurement_id": measurement_id, "run_id": self.run_id})
-            self.store.insert("op_measurements", rows)
-            if stats_rows:
-                self.store.insert("embedding_batch_stats", stats_rows)
+            batch = self.pending
+            try:
+                with self.store.transaction():
+                    ids = [r[0] for r in self.store.conn.execute(
+                        "SELECT nextval('seq_measurement_id') FROM range(?)", [len(batch)]).fetchall()]
+                    rows, stats_rows = [], []
+                    for measurement_id, (row, stats) in zip(ids, batch):
+                        rows.append({**row, "measurement_id": measurement_id, "run_id": self.run_id})
+                        for stat in stats or ():
+                            stats_rows.append({**stat, "measurement_id": measurement_id, "run_id": self.run_id})
+                    self.store.insert("op_measurements", rows)
+                    if stats_rows:
+                        self.store.insert("embedding_batch_stats", stats_rows)
+            except Exception as exc:  # noqa: BLE001 - whatever the cause, these rows are not in the store
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                self.failed = StoreWriteError(
+                    f"run {self.run_id}: writing {len(batch)} measured rows to the store failed "
+                    f"({type(exc).__name__}: {first}); the run failed; its {self.rows_written} rows written "
+                    f"before are kept and a re-run of the same command resumes from them (free disk space first)")
+                raise self.failed from exc
+            self.pending = []
             self.rows_written += len(rows)
             self.stats_written += len(stats_rows)
             self._last = time.monotonic()

@@ -120,6 +120,9 @@ def _report(summary: dict, run_id: str) -> None:
     typer.echo(f"run {run_id}: {summary['configs_done']} configs measured, {summary['configs_resumed']} already "
                f"in the store, skipped: {skipped}; {summary['rows_written']} rows in {summary['wall_s']:.0f} s"
                + (f" (stopped: {summary['stopped']})" if summary["stopped"] else ""))
+    if summary.get("resumed_runs"):
+        typer.echo(f"  resumed {summary.get('rows_resumed', 0)} rows measured by interrupted or failed run(s) "
+                   f"{', '.join(summary['resumed_runs'])}")
     for reason in summary["skip_reasons"][:5]:
         typer.echo(f"  skipped {reason}")
     if summary["per_op"]:

@@ -25,6 +25,7 @@ from pmdb.cli import report as cli_report
 from pmdb.cli import shard as cli_shard
 from pmdb.config import HOME_ENV, resolve_workspace
 from pmdb.errors import PmdbError
+from pmdb.store import failure_message, interruptions
 
 app = typer.Typer(
     name="pmdb",
@@ -63,8 +64,15 @@ def _sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # runs in progress are marked interrupted and what was stored is kept
 
 
+def _interrupted() -> int:
+    """Say what an interruption kept (per interrupted run: its id and rows) and return 130."""
+    kept = interruptions() or ["what was measured so far is kept"]
+    typer.echo(f"pmdb: interrupted; {'; '.join(kept)}", err=True)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: one line and exit code 2 for user mistakes, 130 on Ctrl-C/SIGTERM."""
+    """Entry point: one line and exit code 2 for user mistakes (1 when the store failed), 130 on Ctrl-C/SIGTERM."""
     signal.signal(signal.SIGTERM, _sigterm)
     command = typer.main.get_command(app)
     try:
@@ -73,13 +81,20 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo(f"pmdb: error: {exc}", err=True)
         return exc.exit_code
     except typer.Exit as exc:
-        return exc.exit_code
+        return _interrupted() if exc.exit_code == 130 else exc.exit_code
     except click_exc.ClickException as exc:
         exc.show()
         return exc.exit_code
     except (KeyboardInterrupt, typer.Abort):
-        typer.echo("pmdb: interrupted; what was measured so far is kept", err=True)
-        return 130
+        return _interrupted()
+    except Exception as exc:
+        message = failure_message(exc)  # a damaged store or a full disk: one line, not a traceback
+        if message is None:
+            raise
+        typer.echo(f"pmdb: error: {message}", err=True)
+        return 1
+    if result == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 without a word
+        return _interrupted()
     return result if isinstance(result, int) else 0
 
 

@@ -109,3 +109,28 @@ def test_second_writer_gets_a_message_naming_the_holder(workspace):
     finally:
         holder.communicate("\n", timeout=30)
     Store.open(workspace).close()  # free again once the holder is gone
+
+
+def test_nested_transactions_are_all_or_nothing(store):
+    p = _platform(store)
+    with pytest.raises(ValueError):
+        with store.transaction():
+            store.insert_one("collection_runs", {"run_id": "a", "kind": "ops", "platform": p, "status": "running",
+                                                 "pmdb_version": "t"})
+            with store.transaction():
+                store.insert_one("collection_runs", {"run_id": "b", "kind": "ops", "platform": p,
+                                                     "status": "running", "pmdb_version": "t"})
+            raise ValueError("after the inner block")
+    assert store.scalar("SELECT count(*) FROM collection_runs") == 0
+
+
+def test_readers_see_runs_of_dead_processes_as_interrupted(workspace):
+    with Store.open(workspace) as writer:
+        p = _platform(writer)
+        writer.insert_one("collection_runs", {"run_id": "dead", "kind": "ops", "platform": p, "status": "running",
+                                              "pid": 2 ** 22 + 12345, "hostname": "elsewhere", "pmdb_version": "t"})
+    with Store.open(workspace, read_only=True) as reader, Store.open(workspace, read_only=True) as second:
+        assert reader.scalar("SELECT status FROM collection_runs") == "interrupted"
+        assert second.scalar("SELECT count(*) FROM completed_runs") == 0
+    with Store.open(workspace, read_only=True) as reader:  # the table itself is untouched by readers
+        assert reader.scalar(f"SELECT status FROM \"{'pmdb'}\".main.collection_runs") == "running"

@@ -1,0 +1,58 @@
+"""Ctrl-C (a real SIGINT) and kill -9 of a real `pmdb collect ops` child: one line saying what was kept, readers
+see the killed run as interrupted, and a re-run resumes (adopts) the finished configs instead of measuring again."""
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from .conftest import Child, last_line, query, quick_sweep_args, run_pmdb
+
+
+def _resume_adopts(home, interrupted_id: str, kept: int) -> None:
+    again = run_pmdb(home, *quick_sweep_args(home)[2:], "--no-progress")
+    assert again.returncode == 0, again.stderr
+    (summary,), = query(home, "SELECT summary FROM collection_runs WHERE status = 'completed'")
+    summary = json.loads(summary)
+    measured_before = query(home, "SELECT count(*) FROM op_measurements WHERE run_id = ?", [interrupted_id])[0][0]
+    assert measured_before == 0  # all adopted
+    assert summary["rows_resumed"] == kept
+    assert (interrupted_id in summary["resumed_runs"]) == (kept > 0)
+    assert summary["configs_resumed"] > 0 or kept == 0
+    total, distinct = query(home, "SELECT count(*), count(DISTINCT (config_key, cache_state)) FROM v_op_measurements")[0]
+    assert total == distinct == 384  # nothing lost, nothing measured twice
+
+
+@pytest.mark.slow
+def test_sigint_says_what_was_kept_and_rerun_resumes(home):
+    child = Child(quick_sweep_args(home))
+    child.wait_for(lambda c: c.configs_done() >= 20)
+    child.proc.send_signal(signal.SIGINT)
+    code, out, err = child.finish()
+    assert code == 130
+    assert "Traceback" not in err
+    line = last_line(err)
+    assert line.startswith("pmdb: interrupted; run ") and "kept" in line
+    (run_id, status), = query(home, "SELECT run_id, status FROM collection_runs WHERE kind = 'ops'")
+    assert status == "interrupted" and run_id in line
+    kept = query(home, "SELECT count(*) FROM op_measurements WHERE run_id = ?", [run_id])[0][0]
+    assert f"kept {kept} rows" in line and kept >= 20  # the batch in flight was written before exiting
+    _resume_adopts(home, run_id, kept)
+
+
+@pytest.mark.slow
+def test_kill_9_shows_interrupted_to_readers_and_rerun_resumes(home):
+    child = Child(quick_sweep_args(home))
+    child.wait_for(lambda c: c.configs_done() >= 60)  # past the first 5 s batch
+    child.proc.send_signal(signal.SIGKILL)
+    child.finish()
+    (run_id, status), = query(home, "SELECT run_id, status FROM collection_runs WHERE kind = 'ops'")
+    assert status == "running"  # as the killed process left it
+    runs = run_pmdb(home, "runs", "--format", "json")  # a reader: may not write, still tells the truth
+    assert runs.returncode == 0, runs.stderr
+    assert [r["status"] for r in json.loads(runs.stdout)] == ["interrupted"]
+    shown = run_pmdb(home, "sql", "SELECT status FROM collection_runs", "--format", "csv")
+    assert shown.stdout.split() == ["status", "interrupted"]
+    kept = query(home, "SELECT count(*) FROM op_measurements WHERE run_id = ?", [run_id])[0][0]
+    _resume_adopts(home, run_id, kept)
