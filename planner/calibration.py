@@ -20,6 +20,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
+from collectors import gpu_specs
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from planner.system import System
@@ -39,18 +40,28 @@ class Calibration(Protocol):
 
 
 def platform_system(store: Store, platform: str, base: System) -> System:
-    """A System from a platform's measured peaks; fields not measured come from ``base``."""
+    """A System from a platform's measured peaks (a spec-sheet GPU's nominal ones where none were measured); fields
+    not measured come from ``base``."""
     row = store.query("SELECT device_kind, gpu_count, gpu_memory_bytes, memory_bytes FROM platforms WHERE name = ?",
                       [platform])
     if row.empty:
         raise PmdbError(f"unknown platform {platform!r}")
     peaks = store.query("SELECT metric, dtype, value FROM v_platform_peaks WHERE platform = ?", [platform])
+    source = "measured"
+    nominal = gpu_specs.peaks(store, platform)   # a GPU known by its spec sheet: nominal FP32 rate and bandwidth
+    for metric in ("gemm_flops", "mem_bw"):
+        if (peaks["metric"] == metric).any() or metric not in nominal:
+            continue
+        peaks = pd.concat([peaks, pd.DataFrame([{"metric": metric, "dtype": "float32", "value": nominal[metric]}])],
+                          ignore_index=True)
+        source = "measured or spec sheet"
     gemm = peaks[peaks["metric"] == "gemm_flops"]
     bandwidth = peaks[peaks["metric"] == "mem_bw"]
     if gemm.empty or bandwidth.empty:
         missing = "gemm_flops" if gemm.empty else "mem_bw"
-        raise PmdbError(f"platform {platform!r} has no measured '{missing}' peak in a completed run: measure its "
-                        f"peaks first (the ops collector stores them)")
+        raise PmdbError(f"platform {platform!r} has no measured '{missing}' peak in a completed run and no spec "
+                        f"sheet: measure its peaks first (the ops collector stores them) or register its sheet "
+                        f"(`pmdb platform-specs`)")
     flops = {_TORCH_DTYPES.get(str(d), str(d)): float(v) / 1e12 for d, v in zip(gemm["dtype"], gemm["value"])}
     info = row.iloc[0]
     cuda = info["device_kind"] == "cuda"
@@ -64,7 +75,7 @@ def platform_system(store: Store, platform: str, base: System) -> System:
     }
     if pd.notna(capacity):
         changes["hbm_gb"] = float(capacity) / 1e9
-    provenance = {f: f"measured ({platform})" for f in ("matrix_tflops", "vector_tflops", "hbm_gbps")}
+    provenance = {f: f"{source} ({platform})" for f in ("matrix_tflops", "vector_tflops", "hbm_gbps")}
     provenance["hbm_gb"] = f"platform row ({platform})" if pd.notna(capacity) else f"base system {base.name}"
     provenance["nvlink_domain"] = f"device count ({platform})"
     for name in ("nvlink_gbps", "nvlink_latency_us", "nic_gbps", "nics_per_gpu", "network_latency_us",

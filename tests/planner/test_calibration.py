@@ -112,3 +112,15 @@ def test_calibrated_cli(workspace, capsys):
     on_a100 = [a if a != "platform:gpu-box" else "a100" for a in args]
     assert main([*on_a100, "--calibrated"]) == 2
     assert "needs --system platform:NAME" in capsys.readouterr().err
+
+
+def test_a_spec_sheet_gpu_without_measured_peaks_uses_its_sheet(store, tmp_path):
+    """A GPU registered from its spec sheet (`pmdb platform-specs`) has nominal peaks for the planner."""
+    from collectors import gpu_specs
+
+    sheet = tmp_path / "gpu.json"
+    sheet.write_text('{"Device": "Test GPU", "SingleFLOPs": 15000, "Mem_Bw": 900, "Num_Sm": 80, "Dev_Mem": 32}')
+    name = gpu_specs.register(store, gpu_specs.read_sheet(sheet)[0], "sheet-gpu")
+    system = platform_system(store, name, load("h100"))
+    assert system.matrix_tflops == {"fp32": pytest.approx(15.0)} and system.hbm_gbps == pytest.approx(900.0)
+    assert system.provenance["hbm_gbps"] == "measured or spec sheet (sheet-gpu)"
