@@ -149,3 +149,26 @@ def synthetic() -> SimpleNamespace:
                            embedding_data=embedding_data, collective_truth=collective_truth,
                            insert_collectives=insert_collectives, collective_points=collective_points,
                            COLLECTIVE_TRUTH=COLLECTIVE_TRUTH)
+
+
+def cli(home, *args) -> tuple[int, str, str]:
+    """``pmdb --home HOME ARGS`` in this process: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from pmdb.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--home", str(home), *map(str, args)])
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_line_error(result: tuple[int, str, str], pattern: str) -> None:
+    """A refused command: exit 2, one line ``pmdb: error: ...`` matching ``pattern``, no traceback."""
+    import re
+
+    code, _, err = result
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith("pmdb: error: ") and re.search(pattern, lines[0]), err

@@ -17,9 +17,10 @@ from collectors import gpu_specs
 from fitters import cross_gpu, gemm_shapes
 from fitters.load import load_model
 from pmdb.cli import fit as cli_fit, fit_cross_gpu
-from pmdb.cli.main import main
 from pmdb.config import Workspace
 from pmdb.store import Store
+
+from .conftest import cli, one_line_error
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 NEUSIGHT = SHARED / "gpu_kernels" / "neusight"
@@ -36,26 +37,6 @@ def write_slice(gpu_dir: str, op: str, out: Path, rows: int, seed: int = 0) -> P
     path = out / f"{op}.csv.gz"
     table.to_csv(path, index=False, compression="gzip")
     return path
-
-
-def cli(home: Path, *args: str) -> tuple[int, str, str]:
-    """`pmdb --home HOME ARGS` in process (the cross-gpu command registered if pmdb.cli.fit does not list it yet)."""
-    import contextlib
-    import io
-
-    if not any(c.name == "cross-gpu" for c in cli_fit.fit_app.registered_commands):
-        fit_cross_gpu.register(cli_fit.fit_app)
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["--home", str(home), *map(str, args)])
-    return code, out.getvalue(), err.getvalue()
-
-
-def one_line_error(result: tuple[int, str, str], pattern: str) -> None:
-    code, _, err = result
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(lines) == 1 and lines[0].startswith("pmdb: error: ") and re.search(pattern, lines[0]), err
 
 
 @pytest.fixture(scope="module")

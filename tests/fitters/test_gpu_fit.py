@@ -3,8 +3,6 @@ without it): roofline from the spec sheet, mlp and gbdt with held-out test metri
 versions the simulator finds, and the one-line errors."""
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 import re
 import shutil
@@ -18,10 +16,11 @@ from fitters import gemm_shapes
 from fitters.fit import DEFAULT_BUDGET_MINUTES
 from fitters.load import load_model
 from pmdb.cli import fit_models
-from pmdb.cli.main import main
 from pmdb.config import Workspace
 from pmdb.platform import Semantics
 from pmdb.store import Store
+
+from .conftest import cli, one_line_error
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 NEUSIGHT = SHARED / "gpu_kernels" / "neusight"
@@ -38,20 +37,6 @@ def write_slice(gpu_dir: str, op: str, out: Path, rows: int, seed: int = 0) -> P
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / f"{op}.csv.gz", index=False, compression="gzip")
     return out / f"{op}.csv.gz"
-
-
-def cli(home: Path, *args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["--home", str(home), *map(str, args)])
-    return code, out.getvalue(), err.getvalue()
-
-
-def one_line_error(result: tuple[int, str, str], pattern: str) -> None:
-    code, _, err = result
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(lines) == 1 and lines[0].startswith("pmdb: error: ") and re.search(pattern, lines[0]), err
 
 
 @pytest.fixture(scope="module")
