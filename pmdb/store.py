@@ -80,8 +80,8 @@ def _json_default(value: Any) -> Any:
 
 
 def to_json(value: Any) -> str | None:
-    """JSON text for a JSON column (None stays NULL)."""
-    if value is None:
+    """JSON text for a JSON column (None, NaN and pandas' NA stay NULL)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
         return None
     if isinstance(value, str):
         return value

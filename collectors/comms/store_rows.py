@@ -63,18 +63,11 @@ def write_atomic(store: Store, tables: Iterable[tuple[str, Sequence[Mapping[str,
     """Insert rows into several tables in ONE transaction: all of them or none. Returns rows per table."""
     counts: dict[str, int] = {}
     with store.transaction():
-        for index, (table, rows) in enumerate(tables):
+        for table, rows in tables:
             if not rows:
                 counts[table] = counts.get(table, 0)
                 continue
             frame = pd.DataFrame([dict(r) for r in rows]).astype(object)
-            frame = frame.where(frame.notna(), None)
-            view = f"_pmdb_atomic_{index}"
-            columns = ", ".join(f'"{c}"' for c in frame.columns)
-            store.conn.register(view, frame)
-            try:
-                store.conn.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {view}")
-            finally:
-                store.conn.unregister(view)
+            store.insert(table, frame.where(frame.notna(), None))  # joins this transaction
             counts[table] = counts.get(table, 0) + len(frame)
     return counts

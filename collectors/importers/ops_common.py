@@ -406,22 +406,11 @@ def import_op_files(store: Store, paths: Sequence[Path], fmt: str, parser: OpPar
             store.conn.execute("DELETE FROM imported_files WHERE sha256 IN (SELECT unnest(?::VARCHAR[])) AND run_id "
                                "NOT IN (SELECT run_id FROM collection_runs WHERE status = 'completed')",
                                [[p.sha256 for p in new]])
-            _insert(store, "imported_files", files)
-            _insert(store, "op_measurements", rows[list(_INSERTED)])
+            store.insert("imported_files", files)                # both join this transaction
+            store.insert("op_measurements", rows[list(_INSERTED)])
             run.summary = {"files": len(new), "rows": len(rows), "skipped": len(skipped), "software": software}
             run.finish("completed")
     except duckdb.Error as exc:
         raise PmdbError(f"storing the import failed, nothing was stored: {str(exc).splitlines()[0]}") from None
     imported = [(p.path, len(p.rows), ",".join(sorted(p.rows["op"].unique()))) for p in new]
     return OpImportReport(run.run_id, imported, skipped)
-
-
-def _insert(store: Store, table: str, frame: pd.DataFrame) -> None:
-    """INSERT a frame in one statement (the caller holds the transaction)."""
-    view = f"_pmdb_import_{table}"
-    columns = ", ".join(f'"{c}"' for c in frame.columns)
-    store.conn.register(view, frame)
-    try:
-        store.conn.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {view}")
-    finally:
-        store.conn.unregister(view)
