@@ -18,7 +18,7 @@ from pmdb.platform import Semantics
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
 from pmdb.traces.graph import TraceGraph
-from pmdb.traces.set_rows import trace_set_info, untimed_ranks
+from pmdb.traces.set_rows import complete_iterations, trace_set_info, untimed_ranks
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
@@ -92,6 +92,9 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
         raise PmdbError("replay mode takes every time from the trace itself: it has no target platform "
                         "(use --mode model with --target-platform)")
     run_id, measured = ground_truth(store, trace_set_id, target, mode, workload_run_id)
+    unmarked = unmarked_note(store, trace_set_id)
+    if unmarked:
+        print(f"pmdb: warning: {unmarked}", file=sys.stderr)
     if mode == "replay":
         untimed = untimed_ranks(store, trace_set_id)
         if untimed:
@@ -121,6 +124,15 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
         print(f"pmdb: warning: {note}", file=sys.stderr)
     pred.elapsed_s = time.perf_counter() - started
     return pred
+
+
+def unmarked_note(store: Store, trace_set_id: int) -> str | None:
+    """One line when no rank of the trace set marks an iteration (no ``ProfilerStep#n``): the whole trace is then
+    predicted as one iteration, and its 'measured' time is the whole trace's."""
+    if any(complete_iterations(store, trace_set_id).values()):
+        return None
+    return (f"trace set {trace_set_id} marks no iterations (no ProfilerStep#n annotation): the whole trace is "
+            f"predicted as one iteration")
 
 
 def predict_and_store(store: Store, run_id: str, trace_set_id: int | None = None, workload_run_id: str | None = None,
