@@ -179,6 +179,7 @@ class Fitter:
             by_group.setdefault(id(task.group), []).append(task)
         bar = tqdm(total=len(tasks), desc="fit", unit="model", disable=not self.options.progress, leave=False)
         remaining_weight = sum(t.weight for t in tasks)
+        fitted: list[tuple[str, data.KernelGroup | data.CollectiveGroup]] = []
         with tempfile.TemporaryDirectory() as tmp:
             for group_tasks in by_group.values():
                 group = group_tasks[0].group
@@ -190,16 +191,19 @@ class Fitter:
                     remaining_weight -= task.weight
                     names.add(self._fit_one(task, peaks, budget_s, fit_run_id, Path(tmp)))
                     bar.update()
-                for name in names:
-                    champion = choose_champion(self.store, name)
-                    if champion is not None:
-                        self.registry.set_champion(self.store, name, champion)
-                        for row in self.results:
-                            if row["name"] == name:
-                                row["champion"] = row["version"] == champion
-                        if isinstance(group, data.KernelGroup) and self._wants_backward(group):
-                            self._gemm_backward(group, name, champion, fit_run_id)
+                fitted += [(name, group) for name in sorted(names)]
         bar.close()
+        # champions move only once every planned fit is done: an interrupted fit leaves them where they were
+        for name, group in fitted:
+            champion = choose_champion(self.store, name, fit_run_id)
+            if champion is None:
+                continue
+            self.registry.set_champion(self.store, name, champion)
+            for row in self.results:
+                if row["name"] == name:
+                    row["champion"] = row["version"] == champion
+            if isinstance(group, data.KernelGroup) and self._wants_backward(group):
+                self._gemm_backward(group, name, champion, fit_run_id)
         return self.results
 
     def _wants_backward(self, group: data.KernelGroup) -> bool:

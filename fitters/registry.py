@@ -254,14 +254,17 @@ def set_mirror_alias(store: Store, name: str, alias: str, version: int) -> None:
                        [name, alias, int(version)])
 
 
-def choose_champion(store: Store, name: str) -> int | None:
-    """Lowest test GMAE among the newest version of each family fitted on the newest version's data (same hash)."""
+def choose_champion(store: Store, name: str, run_id: str | None = None) -> int | None:
+    """Lowest test GMAE among the newest version of each family fitted on the newest version's data (same hash).
+    Only versions of completed runs count, and those of ``run_id`` (the fit in progress that asks): a version of a fit
+    that was interrupted or failed never becomes champion."""
     return store.scalar(
-        "WITH newest AS (SELECT data_hash FROM model_versions WHERE name = ? ORDER BY version DESC LIMIT 1), "
-        "per_family AS (SELECT * FROM model_versions WHERE name = ? "
-        "  QUALIFY row_number() OVER (PARTITION BY family ORDER BY version DESC) = 1) "
+        "WITH eligible AS (SELECT * FROM model_versions WHERE name = ? AND (run_id IS NULL OR run_id = ? OR run_id IN "
+        "  (SELECT run_id FROM collection_runs WHERE status = 'completed'))), "
+        "newest AS (SELECT data_hash FROM eligible ORDER BY version DESC LIMIT 1), "
+        "per_family AS (SELECT * FROM eligible QUALIFY row_number() OVER (PARTITION BY family ORDER BY version DESC) = 1) "
         "SELECT version FROM per_family WHERE data_hash = (SELECT data_hash FROM newest) AND test_gmae IS NOT NULL "
-        "ORDER BY test_gmae, version DESC LIMIT 1", [name, name])
+        "ORDER BY test_gmae, version DESC LIMIT 1", [name, run_id])
 
 
 def promote(store: Store, registry: Registry, name: str, version: int) -> None:

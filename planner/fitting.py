@@ -282,7 +282,7 @@ def register(store: "Store", result: FitResult, model: PlannerCalibrationModel, 
              "train_rows": np.flatnonzero(result.train).tolist(), "test_rows": np.flatnonzero(result.test).tolist(),
              "train_metrics": {k: float(v) for k, v in result.train_summary.items()}, "n_params": len(PARAMS)}
     version = registry.log_version(store, fit_run_id, record, model, [], split)
-    champion = choose_champion(store, name)
+    champion = choose_champion(store, name, fit_run_id)
     if champion is not None:
         registry.set_champion(store, name, int(champion))
     return name, version, champion

@@ -1,0 +1,35 @@
+"""Champions move only when a fit completes: a version registered by a fit that was interrupted (Ctrl-C inside its
+run) or failed never becomes champion, however good its test error; the fit in progress counts its own versions.
+Real store and run lifecycle (the KeyboardInterrupt is what Ctrl-C raises)."""
+from __future__ import annotations
+
+import pytest
+
+from fitters.registry import choose_champion
+from pmdb import platform as platforms
+
+NAME = "pmdb.box.relu.fwd.cold"
+
+
+def _version(store, run_id: str, version: int, gmae: float) -> None:
+    store.insert_one("model_versions", {"name": NAME, "version": version, "mlflow_run_id": f"m{version}",
+                                        "run_id": run_id, "platform": "box", "op": "relu", "pass": "fwd",
+                                        "family": ("roofline", "mlp", "gbdt")[version - 1], "test_gmae": gmae,
+                                        "data_hash": "same-rows"})
+
+
+def test_versions_of_unfinished_fits_never_become_champion(store):
+    platforms.ensure_named(store, "box", device_kind="cpu")
+    with store.run("fit", "box", {}) as done:
+        _version(store, done.run_id, 1, 0.10)
+    with pytest.raises(KeyboardInterrupt):
+        with store.run("fit", "box", {}) as stopped:
+            _version(store, stopped.run_id, 2, 0.01)
+            raise KeyboardInterrupt
+    with pytest.raises(RuntimeError):
+        with store.run("fit", "box", {}) as failed:
+            _version(store, failed.run_id, 3, 0.001)
+            raise RuntimeError("a fit that failed")
+    assert store.scalar("SELECT status FROM collection_runs WHERE run_id = ?", [stopped.run_id]) == "interrupted"
+    assert choose_champion(store, NAME) == 1                      # the better versions' fits did not complete
+    assert choose_champion(store, NAME, stopped.run_id) == 2      # what that fit would have chosen while running
