@@ -32,6 +32,7 @@ import pandas as pd
 
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
+from pmdb.jsonfile import parse_object
 from pmdb.platform import Platform
 from pmdb.store import Store
 from pmdb.userfiles import read_bytes
@@ -111,13 +112,7 @@ def read_sheet(path: Path) -> tuple[GpuSheet, dict[str, Any], str]:
     if not path.is_file():
         raise PmdbError(f"no such file: {path}")
     raw = read_bytes(path)
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        where = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise PmdbError(f"{path}{where}: not a JSON spec sheet ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise PmdbError(f"{path}: a spec sheet is one JSON object")
+    data = parse_object(path, raw, not_json="not a JSON spec sheet", what="a spec sheet")
     return sheet_from_mapping(path, data), data, hashlib.sha256(raw).hexdigest()
 
 

@@ -22,3 +22,16 @@ def read_json(path: Path, what: str, *, want_object: bool = False) -> Any:
     if want_object and not isinstance(data, dict):
         raise PmdbError(f"{what} file {path} must hold a JSON object")
     return data
+
+
+def parse_object(path: Path, raw: bytes, *, not_json: str, what: str) -> dict[str, Any]:
+    """The JSON object in ``raw`` (the bytes of ``path``, already read); bad JSON is one line
+    '<path>[:<line>]: <not_json> (<reason>)', anything but an object '<path>: <what> is one JSON object'."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise PmdbError(f"{path}{where}: {not_json} ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise PmdbError(f"{path}: {what} is one JSON object")
+    return data

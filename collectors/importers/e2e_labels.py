@@ -23,7 +23,6 @@ imported twice: it is skipped.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from collectors.workloads.graph_only import build_config, check_sizes, load_mode
 from collectors.workloads.store_rows import ensure_workload
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
+from pmdb.jsonfile import parse_object
 from pmdb.store import Store
 from pmdb.userfiles import expand_files, read_bytes
 
@@ -107,13 +107,7 @@ def parse_neusight(path: Path, data: bytes, model_configs: Path | None = None) -
     seq_len, batch_size = int(match["seq"]), int(match["batch"])
     if seq_len < 1 or batch_size < 1:
         raise PmdbError(f"{path}: sequence length and batch size in the file name must be >= 1")
-    try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        where = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise PmdbError(f"{path}{where}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    if not isinstance(doc, dict):
-        raise PmdbError(f"{path}: a NeuSight label is one JSON object")
+    doc = parse_object(path, data, not_json="not valid JSON", what="a NeuSight label")
     fw, bw, e2e = (_ms(path, doc, name) for name in FIELDS)
     if abs(e2e - (fw + bw)) > E2E_TOLERANCE * e2e:
         raise PmdbError(f"{path}: field e2e_latency ({e2e:g} ms) is not fw_latency + bwall_latency "
