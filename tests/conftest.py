@@ -35,3 +35,22 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not present at {SHARED_DATA} (only on the project's machines)")
     return SHARED_DATA
+
+
+@pytest.fixture
+def gpu_trace(store, shared_data):
+    """``gpu_trace(name, platform, et=True)``: the shared GPU trace folder ``traces/gpu/<name>`` (its Kineto trace,
+    and its execution trace with ``et``) imported as a trace set of the imported cuda ``platform``; the trace set id.
+    Skips when the folder is absent."""
+    from collectors.traces.ingest import RankTraces, ingest_trace_set
+    from pmdb import platform as platforms
+
+    def load(name: str, platform: str, *, et: bool = True) -> int:
+        folder = shared_data / "traces" / "gpu" / name
+        if not folder.is_dir():
+            pytest.skip(f"{folder} not present")
+        platforms.ensure_named(store, platform, device_kind="cuda")
+        with store.run("trace", platform, {}) as run:
+            ranks = [RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz" if et else None)]
+            return ingest_trace_set(store, run.run_id, platform, ranks, label=name, source="imported")
+    return load

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.traces.ingest import RankTraces, ingest_trace_set
 from fitters.overheads import fit_overheads
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
@@ -13,23 +12,13 @@ from simulator.predict import predict_trace_set
 from simulator.session import PredictionSession
 
 
-def _import(store, folder, platform: str) -> int:
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not present")
-    platforms.ensure_named(store, platform, device_kind="cuda")
-    with store.run("trace", platform, {}) as run:
-        return ingest_trace_set(store, run.run_id, platform,
-                                [RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz")],
-                                label=folder.name, source="imported")
-
-
 @pytest.fixture
-def lent(store, shared_data):
+def lent(store, gpu_trace):
     """param_resnet's overheads lent to the platform of param_linear (both RTX 2080 Ti traces, as two platforms)."""
-    _import(store, shared_data / "traces" / "gpu" / "param_resnet", "gpu-lender")
+    gpu_trace("param_resnet", "gpu-lender")
     with store.run("overheads", "gpu-lender", {}) as run:
         fit_overheads(store, run.run_id, "gpu-lender")
-    return _import(store, shared_data / "traces" / "gpu" / "param_linear", "gpu-borrower")
+    return gpu_trace("param_linear", "gpu-borrower")
 
 
 def test_borrowed_overheads_are_used_and_named(store, lent):

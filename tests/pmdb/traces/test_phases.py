@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.traces.ingest import RankTraces, ingest_trace_set
-from pmdb import platform as platforms
 from pmdb.traces.from_store import load_graphs
 from pmdb.traces.phases import phase_of
 from simulator.predict import predict_trace_set
@@ -28,18 +26,8 @@ def test_phase_rules(name, enclosing, phase):
     assert phase_of(name, enclosing) == phase
 
 
-def _import_gpu_trace(store, folder) -> int:
-    """A shared GPU trace (Kineto + ET) as a trace set of platform 'rtx'."""
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not present")
-    platforms.ensure_named(store, "rtx", device_kind="cuda")
-    with store.run("trace", "rtx", {}) as run:
-        return ingest_trace_set(store, run.run_id, "rtx", [RankTraces(0, folder / "kineto.json.gz",
-                                                                       folder / "et.json.gz")], source="imported")
-
-
-def test_a_gpu_training_step_is_split_into_its_phases(store, shared_data):
-    ts = _import_gpu_trace(store, shared_data / "traces" / "gpu" / "param_linear")
+def test_a_gpu_training_step_is_split_into_its_phases(store, gpu_trace):
+    ts = gpu_trace("param_linear", "rtx")
     ops = load_graphs(store, ts, pick="best")[0].ranks[0].ops
     by_phase = {p: [op.name for op in ops if op.phase == p] for p in ("fw", "bw", "optimizer")}
     assert by_phase["fw"].count("aten::linear") == 21                 # 21 linear layers forward
@@ -54,11 +42,11 @@ def test_a_gpu_training_step_is_split_into_its_phases(store, shared_data):
     assert sum(pred.phases_us.values()) == pytest.approx(pred.result.predicted_us, rel=0.05)
 
 
-def test_phases_are_stored_with_the_prediction(store, shared_data):
+def test_phases_are_stored_with_the_prediction(store, gpu_trace):
     """Migration 0006: the phase columns of a stored model-mode prediction."""
     from simulator.store_rows import store_prediction
 
-    ts = _import_gpu_trace(store, shared_data / "traces" / "gpu" / "param_resnet")
+    ts = gpu_trace("param_resnet", "rtx")
     pred = predict_trace_set(store, ts, mode="model")
     with store.run("predict", "rtx", {}) as run:
         pid = store_prediction(store, run.run_id, pred)
