@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -81,9 +82,14 @@ def slug(device: str) -> str:
 
 
 def _number(path: Path, field: str, raw: Any) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw != raw or raw <= 0:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw <= 0:
         raise PmdbError(f"{path}: {field} is {raw!r}, not a positive number")
     return float(raw)
+
+
+def _positive(raw: Any) -> bool:
+    """A finite positive JSON number (JSON allows NaN and Infinity)."""
+    return not isinstance(raw, bool) and isinstance(raw, (int, float)) and math.isfinite(raw) and raw > 0
 
 
 def sheet_from_mapping(path: Path, data: dict[str, Any]) -> GpuSheet:
@@ -137,8 +143,8 @@ def sheet_from_trace(path: Path) -> tuple[GpuSheet, dict[str, Any], str]:
         raise PmdbError(f"{path}: deviceProperties[0] has no name")
     sms, memory = first.get("numSms"), first.get("totalGlobalMem")
     return GpuSheet(device=name, fp32_flops=None, mem_bw=None,
-                    sm_count=int(sms) if isinstance(sms, (int, float)) and sms > 0 else None,
-                    memory_bytes=int(memory) if isinstance(memory, (int, float)) and memory > 0 else None), \
+                    sm_count=int(sms) if _positive(sms) else None,
+                    memory_bytes=int(memory) if _positive(memory) else None), \
         first, hashlib.sha256(raw).hexdigest()
 
 

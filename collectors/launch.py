@@ -20,6 +20,10 @@ with that rank's error. The root cause wins: a rank that died without a word (ki
 SIGTERM, e.g. SIGKILL or a segfault) before any reported error, else the earliest reported failure (the others are
 usually its consequence: peers see the closed connection). A silent death is reported with its exit code or
 signal and the tail of its log. Ctrl-C/SIGTERM in the parent (KeyboardInterrupt) stops every rank too.
+
+Inside a torchrun job (or any launcher that set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT) ``launch`` refuses
+with one line: its ranks would start a second job on this host beside the launcher's (``pmdb collect comms`` joins
+the launcher's job instead, see ``collectors.comms.sweep_ranks``).
 """
 from __future__ import annotations
 
@@ -83,6 +87,15 @@ def _environ(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = old
+
+
+def under_launcher(environ: Mapping[str, str] | None = None) -> str | None:
+    """'RANK=r, WORLD_SIZE=n' when this process is a rank of a torchrun job (or of a launcher that set RANK,
+    WORLD_SIZE, MASTER_ADDR and MASTER_PORT), else None."""
+    env = os.environ if environ is None else environ
+    if "TORCHELASTIC_RUN_ID" in env or all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+        return f"RANK={env.get('RANK', '?')}, WORLD_SIZE={env.get('WORLD_SIZE', '?')}"
+    return None
 
 
 def one_line(exc: BaseException) -> str:
@@ -228,6 +241,11 @@ def launch(target: Target, world_size: int, payload: Any, *, start_env: Mapping[
     ``on_message(rank, obj)`` receives the ranks' :func:`send` calls, in the parent."""
     if world_size < 1:
         raise PmdbError(f"bad world size {world_size}: must be >= 1")
+    joined = under_launcher()
+    if joined:
+        raise PmdbError(f"this command starts its own ranks on this host and cannot run inside a torchrun job "
+                        f"({joined}): run it once without torchrun (--world-size N); `pmdb collect comms` is the "
+                        f"command that joins a torchrun job")
     ctx = mp.get_context(start_method)
     if start_method == "forkserver" and preload:
         ctx.set_forkserver_preload(list(preload))

@@ -487,7 +487,10 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
                         "n_train": record.n_train, "n_test": record.n_test,
                         "seconds": round(time.monotonic() - started, 1), "champion": not has_champion})
 
-    with store.run("fit-cross-gpu", options.target, args) as run:
+    command = f"pmdb fit cross-gpu --target {options.target}" + "".join(f" --op {o}" for o in options.ops or []) \
+        + "".join(f" --source {g}" for g in sources)
+    with store.run("fit-cross-gpu", options.target, args) as run, \
+            registry.parent_run(options.target, command, run.run_id):  # the versions' runs nest in one MLflow run
         for op in ops:
             started = time.monotonic()
             say(f"{op}: loading")

@@ -1,4 +1,5 @@
-"""Test-split scoring (method.md section 2, through :mod:`pmdb.metrics`) and the hash of the training rows."""
+"""Test-split scoring (method.md section 2, through :mod:`pmdb.metrics`), the test rows' replicate noise floor and
+the hash of the training rows."""
 from __future__ import annotations
 
 import hashlib
@@ -30,6 +31,29 @@ def _pct(edge: float) -> str:
 def test_metrics(predicted: np.ndarray, actual: np.ndarray) -> dict[str, float]:
     """GMAE, MAPE, std of |e|, min/max |e| and n over the test rows."""
     return metrics.summary(predicted, actual)
+
+
+def replicate_gmae(store: Any, measurement_ids: pd.Series | np.ndarray) -> float:
+    """The noise floor of the given op measurements (a fit's test rows): how far a repetition lies from its row's
+    median, as a GMAE over the rows. Rows store their statistics, not every repetition, so each row contributes the
+    RMS relative deviation of its repetitions from their median, exact from the stored mean, sample std, median and
+    count: sqrt((n-1)/n std^2 + (mean - median)^2) / median. Their geometric mean (GMAE's epsilon added) is at most
+    the GMAE of each repetition against its median, never below it (Jensen). NaN when no row has two repetitions
+    and a std (imported tables often have none)."""
+    ids = [int(i) for i in np.asarray(measurement_ids)]
+    if not ids:
+        return float("nan")
+    frame = store.query("SELECT median_us, mean_us, std_us, repetitions FROM op_measurements "
+                        "WHERE list_contains(?::BIGINT[], measurement_id)", [ids])
+    frame = frame.dropna()
+    frame = frame[(frame["repetitions"] >= 2) & (frame["median_us"] > 0)]
+    if frame.empty:
+        return float("nan")
+    n = frame["repetitions"].to_numpy(dtype=float)
+    spread = np.sqrt((n - 1) / n * frame["std_us"].to_numpy(dtype=float) ** 2
+                     + (frame["mean_us"] - frame["median_us"]).to_numpy(dtype=float) ** 2)
+    relative = spread / frame["median_us"].to_numpy(dtype=float)
+    return float(np.exp(np.mean(np.log(relative + metrics.GMAE_EPSILON))))
 
 
 def data_hash(ids: pd.Series | np.ndarray, params: pd.DataFrame, times_us: np.ndarray) -> str:

@@ -26,7 +26,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from fitters import collective as coll, data, gemm_shapes, plots, roofline
-from fitters.evaluate import data_hash, error_histogram, test_metrics
+from fitters.evaluate import data_hash, error_histogram, replicate_gmae, test_metrics
 from fitters.model import Model, TrainConfig, TrainingSet
 from fitters.registry import (Registry, VersionRecord, choose_champion, collective_model_name,
                               kernel_model_name)
@@ -168,7 +168,7 @@ class Fitter:
 
     def __init__(self, store: Store, workspace: Workspace, platform: str, options: FitOptions):
         self.store, self.workspace, self.platform, self.options = store, workspace, platform, options
-        self.registry = Registry(workspace)
+        self.registry = Registry(workspace, store)  # refuses when the registry lost mirrored versions
         self.results: list[dict[str, Any]] = []
         self._models: dict[tuple[str, int], Model] = {}   # this run's kernel models by (name, version)
 
@@ -240,6 +240,7 @@ class Fitter:
         self.results.append({"name": record.name, "version": version, "family": record.family, "op": record.op,
                              "pass": record.pass_, "cache_state": record.cache_state, "world_size": None,
                              "test_gmae": float("nan"), "test_mape": float("nan"), "test_std": float("nan"),
+                             "replicate_gmae": float("nan"),
                              "n_train": record.n_train, "n_test": 0, "dropped": record.n_dropped,
                              "seconds": round(time.monotonic() - started, 2), "champion": True})
 
@@ -273,6 +274,8 @@ class Fitter:
         record.data_runs = sorted(group.rows["run_id"].iloc[split.train].unique().tolist())
         record.data_hash = data_hash(ids.iloc[split.train], inputs.iloc[split.train], times[split.train])
         record.metrics = test_metrics(pred_test, times[split.test])
+        if not isinstance(group, data.CollectiveGroup):  # the noise floor beside the test error (µs rows only)
+            record.metrics["replicate_gmae"] = replicate_gmae(self.store, ids.iloc[split.test])
         record.histogram = error_histogram(pred_test, times[split.test])
         record.fit_seconds = round(fit_seconds, 3)
         figures = self._figures(tmp, record, model, group, split, times, pred_train, pred_test)
@@ -286,6 +289,7 @@ class Fitter:
                              "pass": record.pass_, "cache_state": record.cache_state,
                              "world_size": record.world_size, "test_gmae": record.metrics["gmae"],
                              "test_mape": record.metrics["mape"], "test_std": record.metrics["std"],
+                             "replicate_gmae": record.metrics.get("replicate_gmae", float("nan")),
                              "n_train": record.n_train, "n_test": record.n_test, "dropped": record.n_dropped,
                              "seconds": round(time.monotonic() - started, 2), "champion": False})
         return record.name
@@ -313,8 +317,20 @@ def fit_models(store: Store, workspace: Workspace, platform: str, options: FitOp
             "budget_minutes": options.budget_minutes, "seed": options.seed}
     with store.run("fit", platform, args) as run:
         fitter = Fitter(store, workspace, platform, options)
-        results = fitter.run(tasks, peaks, run.run_id)
-        run.summary = {"versions": len(results), "champions": sum(r["champion"] for r in results),
-                       "skipped": notes, "dropped_rows": int(sum({id(t.group): t.group.dropped for t in tasks}
-                                                                  .values()))}
+        with fitter.registry.parent_run(platform, fit_command(platform, options), run.run_id) as totals:
+            results = fitter.run(tasks, peaks, run.run_id)
+            run.summary = {"versions": len(results), "champions": sum(r["champion"] for r in results),
+                           "skipped": notes, "dropped_rows": int(sum({id(t.group): t.group.dropped for t in tasks}
+                                                                      .values()))}
+            totals.update(versions=run.summary["versions"], champions=run.summary["champions"])
     return pd.DataFrame(results), notes
+
+
+def fit_command(platform: str, options: FitOptions, most_ops: int = 4) -> str:
+    """The `pmdb fit` command line that asked for ``options`` (the name of its MLflow parent run)."""
+    ops = options.ops or []
+    shown = " ".join(f"--op {op}" for op in ops[:most_ops]) + (f" (+{len(ops) - most_ops} ops)"
+                                                                if len(ops) > most_ops else "")
+    extra = "".join(f" --{key} {value}" for key, value, default in
+                    (("family", options.family, "all"), ("cache", options.cache, "both")) if value != default)
+    return f"pmdb fit --platform {platform} {shown or '--all'}{extra}"

@@ -20,7 +20,8 @@ from typing import Mapping
 import pandas as pd
 
 from fitters.model import MODEL_FILE, Model, load_dir
-from fitters.registry import CHAMPION, MODEL_DIR, Registry, cache_root
+from fitters.registry import CHAMPION, MODEL_DIR, Registry, cache_root, known_name
+from fitters.registry_mirror import require_usable
 from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 from pmdb.store import Store
@@ -61,6 +62,9 @@ def select_models(store: Store, platform: str, alias: str = CHAMPION, *, version
                   cache_state: str | None = None) -> list[ModelRef]:
     """The versions an alias points at on ``platform`` (default ``champion``; ``latest`` works too), or the explicit
     ``versions`` {name: version}. ``cache_state`` keeps kernel models fitted on that cache state (collectives stay)."""
+    if versions:  # a user's names in either form (readable or legacy pmdb.<platform>.*) as the mirror holds them
+        versions = {known_name(store, name): int(v) for name, v in versions.items()}
+    require_usable(store, platform, alias, versions)  # the registry holds the mirror; no version asked for is lost
     if versions:
         pairs = pd.DataFrame({"name": list(versions), "version": [int(v) for v in versions.values()]})
         store.conn.register("_pmdb_wanted", pairs)
@@ -94,7 +98,7 @@ def _load(uri: str, home: str, name: str, version: int) -> Model:
     local = cached_dir(Workspace(home), name, version)
     if (local / MODEL_FILE).is_file():
         return load_dir(local)
-    return load_dir(Registry(Workspace(home)).download(name, version))
+    return load_dir(Registry(Workspace(home, uri)).download(name, version))
 
 
 def load_model(workspace: Workspace, name: str, version: int | str) -> Model:

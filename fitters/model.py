@@ -28,6 +28,7 @@ FAMILIES = {
     "embedding_mlp": "fitters.embedding:EmbeddingModel",
     "embedding_linear": "fitters.embedding_linear:EmbeddingLinearModel",
     "sigmoid": "fitters.collective:CollectiveModel",
+    "in_context": "fitters.collective_context:InContextCollectiveModel",
     "cross_gpu": "fitters.cross_gpu:CrossGpuModel",
     "gemm_shapes": "fitters.gemm_shapes:GemmShapesModel",
 }

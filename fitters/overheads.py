@@ -34,6 +34,7 @@ inside op durations there.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -139,14 +140,20 @@ def platform_traces(store: Store, platform: str, include_joint: bool) -> pd.Data
         "AND (t.profiled_with IS DISTINCT FROM 'kineto+et' OR ?) ORDER BY t.trace_id", [platform, include_joint])
 
 
-def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bool = False) -> dict[str, Any]:
-    """Extract, filter and store a new overhead version of ``platform``; returns a summary (version, counts)."""
-    semantics = platforms.load(store, platform).semantics
+def require_traces(store: Store, platform: str, include_joint: bool = False) -> pd.DataFrame:
+    """:func:`platform_traces`; a one-line PmdbError when there are none (checked before a run row is made)."""
     traces = platform_traces(store, platform, include_joint)
     if traces.empty:
         joint = "" if include_joint else " (Kineto traces recorded with an ET are left out; --include-joint uses them)"
         raise PmdbError(f"no Kineto traces of platform {platform!r} in the store{joint}; "
                         f"import some with `pmdb collect trace` or record a workload")
+    return traces
+
+
+def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bool = False) -> dict[str, Any]:
+    """Extract, filter and store a new overhead version of ``platform``; returns a summary (version, counts)."""
+    semantics = platforms.load(store, platform).semantics
+    traces = require_traces(store, platform, include_joint)
     parts = []
     for trace_id in tqdm(traces["trace_id"].astype(int), desc="extracting overheads", unit="trace", disable=None):
         ops = load_ops(store, trace_id, columns=OP_FIELDS)
@@ -164,3 +171,26 @@ def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bo
     return {"overhead_version": version, "semantics": semantics, "traces": len(traces), "samples": len(samples),
             "kept": int(stats["count"].sum()), "ops": int(stats["op_name"].nunique()),
             "by_kind": {k: int(v) for k, v in stats.groupby("kind")["count"].sum().items()}}
+
+
+def log_overhead_version(store: Store, version: int) -> str:
+    """Log a stored overhead version as one MLflow run in the experiment ``pmdb-overheads`` (tags: overhead_version,
+    platform, the store's run; metrics per kind T1-T5: op names, samples kept, median over op names of the mean, µs);
+    the MLflow run id."""
+    from fitters.mlflow_runs import OVERHEADS_EXPERIMENT, RunRecord, log_runs
+
+    row = store.query("SELECT run_id, platform, semantics, trace_ids, params FROM overhead_versions "
+                      "WHERE overhead_version = ?", [int(version)]).iloc[0]
+    kinds = store.query("SELECT kind, count(*) AS ops, sum(count) AS kept, median(mean_us) AS median_mean_us "
+                        "FROM overheads WHERE overhead_version = ? GROUP BY kind ORDER BY kind", [int(version)])
+    metrics: dict[str, Any] = {"traces": len(row["trace_ids"]), "samples_kept": float(kinds["kept"].sum())}
+    for kind in kinds.itertuples(index=False):
+        metrics |= {f"{kind.kind}_ops": kind.ops, f"{kind.kind}_samples_kept": kind.kept,
+                    f"{kind.kind}_median_mean_us": kind.median_mean_us}
+    params = row["params"] if isinstance(row["params"], dict) else json.loads(row["params"] or "{}")
+    record = RunRecord(
+        f"overheads v{int(version)} of {row['platform']} (run {row['run_id']})",
+        tags={"overhead_version": int(version), "platform": row["platform"], "semantics": row["semantics"],
+              "pmdb.run": row["run_id"], "pmdb.command": f"pmdb fit overheads --platform {row['platform']}"},
+        params={**params, "trace_ids": ",".join(str(int(t)) for t in row["trace_ids"])}, metrics=metrics)
+    return log_runs(store, OVERHEADS_EXPERIMENT, [record])[0]

@@ -1,10 +1,16 @@
-"""The model registry: MLflow (the workspace's sqlite store, artifacts inside the workspace) and its DuckDB mirror.
+"""The model registry: MLflow (the workspace's sqlite store, artifacts inside the workspace; or a shared tracking
+server, ``--tracking-uri``) and its DuckDB mirror (checked against each other by :mod:`fitters.registry_mirror`).
 
-* One MLflow experiment per platform (``pmdb/<platform>``); each fit is one run with params, test metrics and
-  artifacts (the model, its feature spec, the split, plots).
-* Registered model names: ``pmdb.<platform>.<op>.<pass>[.<implementation>][.<dtype>].<cache_state>`` for kernel models
-  (the implementation when it is not ``torch``, the dtype when it is not ``float32``) and
-  ``pmdb.<platform>.<collective>.ws<N>`` for collectives. Every fit makes a new version.
+* One MLflow experiment per platform (``pmdb/<platform>``); each fitting command is one parent run (``pmdb fit
+  --platform P --all (run <store run id>)``) whose nested runs are its fits, each with params, test metrics in percent
+  (``test_gmae_pct``, ...; the mirror keeps fractions) and artifacts (the model, its feature spec, the split, plots).
+* Registered model names put what is modelled first and the platform last, after ``~``:
+  ``<op>.<pass>[.<implementation>][.<dtype>].<cache_state>~<platform>`` for kernel models (the implementation when
+  it is not ``torch``, the dtype when it is not ``float32``) and ``<collective>.ws<N>~<platform>`` for collectives
+  (MLflow names are global, so the platform stays in the name; registered models and versions also carry a
+  ``platform`` tag). Names registered before (``pmdb.<platform>.<what>``, :func:`legacy_name`) keep getting their new
+  versions (:func:`registered_name`), and a user's name in either form finds them (:func:`known_name`). Every fit
+  makes a new version, described in one line (family, test GMAE, train n, platform, date).
 * Aliases: ``champion`` (MLflow alias, mirrored) and ``latest`` (MLflow reserves that alias name: it resolves
   ``models:/NAME/latest`` to the newest version itself; the mirror records it explicitly).
 * ``model_versions`` / ``model_aliases`` in DuckDB mirror every version and alias, so SQL can join predictions to
@@ -12,17 +18,23 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import sqlite3
 import tempfile
+import time
+import urllib.error
+import urllib.request
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version as dist_version
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pmdb  # noqa: F401  (sets the MLflow environment before mlflow is imported)
 from fitters.model import MODEL_FILE, Model
@@ -34,21 +46,71 @@ CHAMPION = "champion"
 LATEST = "latest"
 ENTRY_POINT = Path(__file__).with_name("pyfunc_entry.py")
 MODEL_DIR = "pmdb_model"
+SERVER_TIMEOUT_S = 10.0  # a tracking server's /health must answer within this
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no per-file progress bars in our output
 _REQUIREMENT_DISTS = ("torch", "numpy", "pandas", "scikit-learn", "skops", "scipy", "mlflow")
 
 
+PLATFORM_SEP = "~"            # <what>~<platform> (not "@": MLflow reads models:/A@B/1 as alias B of A)
+LEGACY_PREFIX = "pmdb."       # pmdb.<platform>.<what>: the names registered before
+NAME_PATTERNS = ("%~%", "pmdb.%")  # MLflow LIKE filters that together match every name pmdb registers
+
+
+def model_name(platform: str, *what: str) -> str:
+    """``<what joined by dots>~<platform>``, e.g. ``relu.fwd.cold~cpu-box``."""
+    return ".".join(what) + PLATFORM_SEP + platform
+
+
 def kernel_model_name(platform: str, op: str, pass_: str, implementation: str, dtype: str, cache_state: str) -> str:
-    parts = ["pmdb", platform, op, pass_]
+    parts = [op, pass_]
     if implementation != "torch":
         parts.append(implementation)
     if dtype != "float32":
         parts.append(dtype)
-    return ".".join(parts + [cache_state])
+    return model_name(platform, *parts, cache_state)
 
 
 def collective_model_name(platform: str, collective: str, world_size: int) -> str:
-    return f"pmdb.{platform}.{collective}.ws{int(world_size)}"
+    return model_name(platform, collective, f"ws{int(world_size)}")
+
+
+def legacy_name(name: str, platform: str) -> str | None:
+    """The name the model of ``name`` (``<what>~<platform>``) was registered under before: ``pmdb.<platform>.<what>``
+    (None when ``name`` is not of that platform)."""
+    suffix = PLATFORM_SEP + platform
+    return f"{LEGACY_PREFIX}{platform}.{name[:-len(suffix)]}" if name.endswith(suffix) else None
+
+
+def readable_name(name: str, platform: str) -> str | None:
+    """The readable form of a legacy name of ``platform`` (None when ``name`` is not one)."""
+    prefix = f"{LEGACY_PREFIX}{platform}."
+    return name[len(prefix):] + PLATFORM_SEP + platform if name.startswith(prefix) else None
+
+
+def _mirrored(store: Store, name: str) -> bool:
+    return bool(store.scalar("SELECT count(*) FROM model_versions WHERE name = ?", [name]))
+
+
+def registered_name(store: Store, name: str, platform: str) -> str:
+    """The name a new version of ``name`` is registered under: its legacy form when the store's mirror holds versions
+    under that name and none under ``name`` (a model keeps one name, so its versions and champion stay together),
+    else ``name``."""
+    old = legacy_name(name, platform)
+    if old is None or _mirrored(store, name) or not _mirrored(store, old):
+        return name
+    return old
+
+
+def known_name(store: Store, name: str) -> str:
+    """A user's model name as the store's mirror holds it: ``name`` when mirrored, else its other form (readable or
+    legacy) when that is mirrored, else ``name`` unchanged (the caller's lookup says it is unknown)."""
+    if _mirrored(store, name):
+        return name
+    for platform in store.query("SELECT DISTINCT platform FROM model_versions")["platform"].dropna():
+        for other in (legacy_name(name, str(platform)), readable_name(name, str(platform))):
+            if other is not None and _mirrored(store, other):
+                return other
+    return name
 
 
 @dataclass
@@ -85,83 +147,156 @@ def _requirements() -> list[str]:
     return out
 
 
+def _use_uri(uri: str) -> None:
+    """Point MLflow's fluent API at ``uri`` without leaving it in $MLFLOW_TRACKING_URI/$MLFLOW_REGISTRY_URI
+    (MLflow sets them for its subprocesses; pmdb reads $MLFLOW_TRACKING_URI as the user's choice of registry)."""
+    import mlflow
+
+    saved = {var: os.environ.get(var) for var in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    for var, value in saved.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+
+
+def _probe(uri: str) -> None:
+    """A tracking server that does not answer /health within SERVER_TIMEOUT_S is one line, not minutes of retries."""
+    try:
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=SERVER_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise PmdbError(f"the MLflow tracking server at {uri} does not answer ({reason}): start it, or give "
+                        f"another --tracking-uri (or none: the workspace's mlflow.db)") from None
+
+
 @lru_cache(maxsize=None)
 def _client(uri: str) -> Any:
-    import mlflow
     from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
 
     logging.getLogger("mlflow").setLevel(logging.ERROR)  # e.g. "signature cannot be inferred": we log none on purpose
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
+    if uri.startswith(("http://", "https://")):
+        _probe(uri)
+    _use_uri(uri)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    client.search_experiments(max_results=1)  # creates and migrates the sqlite store once, in this process
+    try:
+        client.search_experiments(max_results=1)  # creates and migrates the sqlite store once, in this process
+    except MlflowException as exc:
+        raise PmdbError(f"the MLflow registry at {uri} failed: {str(exc).splitlines()[0][:300]}") from None
     return client
 
 
 class Registry:
-    """MLflow access for one workspace (creates the sqlite store on first use)."""
+    """MLflow access for one workspace: its mlflow.db (created on first use) or ``workspace.mlflow_uri`` (a shared
+    tracking server). Given the ``store``, it first checks that the registry holds the versions the store mirrors
+    (:func:`fitters.registry_mirror.require_mirrored`), so a lost mlflow.db is never silently started afresh."""
 
-    def __init__(self, workspace: Workspace):
+    def __init__(self, workspace: Workspace, store: Store | None = None):
         self.workspace = workspace
         workspace.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
         self.uri = workspace.mlflow_uri
+        self.local = self.uri == workspace.local_mlflow_uri   # the workspace's own mlflow.db
+        self._mirror_checked = False
+        if store is not None:
+            self.check_mirror(store)
         self.client = _client(self.uri)
-        import mlflow
-        mlflow.set_tracking_uri(self.uri)
-        mlflow.set_registry_uri(self.uri)
+        _use_uri(self.uri)
+        if self.local:
+            default_experiment_inside(workspace)
+
+    def check_mirror(self, store: Store) -> None:
+        """Refuse (one line) when the registry lacks versions the store mirrors; checked once per Registry."""
+        if not self._mirror_checked:
+            from fitters.registry_mirror import require_mirrored
+
+            require_mirrored(store, self.workspace)
+            self._mirror_checked = True
 
     def experiment_id(self, platform: str) -> str:
-        name = f"pmdb/{platform}"
+        """The platform's experiment ``pmdb/<platform>`` (its artifacts in artifacts/mlflow/<platform>)."""
+        return self.experiment(f"pmdb/{platform}", platform, {"pmdb.platform": platform})
+
+    def experiment(self, name: str, folder: str, tags: dict[str, str] | None = None) -> str:
+        """The id of experiment ``name``, created on first use with its artifacts in artifacts/mlflow/``folder``
+        (a shared server keeps them where it is configured to)."""
         found = self.client.get_experiment_by_name(name)
         if found is not None:
             return found.experiment_id
-        location = (self.workspace.mlflow_artifacts / platform).resolve()
+        if not self.local:
+            return self.client.create_experiment(name, tags=tags)
+        location = (self.workspace.mlflow_artifacts / folder).resolve()
         location.mkdir(parents=True, exist_ok=True)
-        return self.client.create_experiment(name, artifact_location=location.as_uri(),
-                                             tags={"pmdb.platform": platform})
+        return self.client.create_experiment(name, artifact_location=location.as_uri(), tags=tags)
+
+    @contextmanager
+    def parent_run(self, platform: str, command: str, fit_run_id: str) -> Iterator[dict[str, float]]:
+        """One MLflow run per fitting command, named ``<command> (run <fit_run_id>)``: the versions logged inside it
+        are its nested runs. Yields a dict of metrics, logged on the parent when the body ends without error."""
+        import mlflow
+
+        totals: dict[str, float] = {}
+        with mlflow.start_run(experiment_id=self.experiment_id(platform), run_name=f"{command} (run {fit_run_id})",
+                              tags={"pmdb.fit_run": fit_run_id, "pmdb.command": command, "platform": platform}):
+            yield totals
+            if totals:
+                mlflow.log_metrics({k: float(v) for k, v in totals.items() if _finite(v)})
 
     # ---- logging -------------------------------------------------------------------------------------------
     def log_version(self, store: Store, fit_run_id: str | None, record: VersionRecord, model: Model,
                     figures: list[Path], split: dict[str, Any]) -> int:
-        """One MLflow run + a new registered version + the mirror row and the ``latest`` alias. Returns the version."""
+        """One MLflow run (nested in the active :meth:`parent_run`, if any) + a new registered version + the mirror
+        row and the ``latest`` alias. ``record.name`` becomes the name registered (:func:`registered_name`: a model
+        registered under its legacy name keeps it). Returns the version."""
         import mlflow
 
+        self.check_mirror(store)
+        record.name = registered_name(store, record.name, record.platform)
         experiment = self.experiment_id(record.platform)
         run_name = f"{record.op}.{record.pass_ or f'ws{record.world_size}'}.{record.cache_state or ''}.{record.family}"
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model_dir = model.save(Path(tmp) / MODEL_DIR)
-            with mlflow.start_run(experiment_id=experiment, run_name=run_name.replace("..", ".")) as run:
-                mlflow.set_tags({"pmdb.fit_run": fit_run_id or "", "pmdb.model_name": record.name,
-                                 "family": record.family, "data_hash": record.data_hash})
+            with mlflow.start_run(experiment_id=experiment, run_name=run_name.replace("..", "."),
+                                  nested=mlflow.active_run() is not None) as run:
+                mlflow.set_tags(without_empty({"pmdb.fit_run": fit_run_id, "pmdb.model_name": record.name,
+                                                "family": record.family, "data_hash": record.data_hash,
+                                                "platform": record.platform}))
                 mlflow.log_params(_params(record, model))
-                mlflow.log_metrics({f"test_{k}": float(v) for k, v in record.metrics.items() if _finite(v)}
+                mlflow.log_metrics(percent_metrics(record.metrics)
                                    | {"n_train": record.n_train, "n_test": record.n_test,
                                       "fit_seconds": record.fit_seconds})
                 mlflow.log_dict(model.features(), "feature_spec.json")
                 mlflow.log_dict({"metrics": record.metrics, "histogram": record.histogram, **split}, "split.json")
                 for figure in figures:
                     mlflow.log_artifact(str(figure), "plots")
-                info = mlflow.pyfunc.log_model(name="model", python_model=str(ENTRY_POINT),
-                                               artifacts={"model": str(model_dir)}, pip_requirements=_requirements())
-            tags = {"family": record.family, "data_hash": record.data_hash, "op": record.op,
-                    "pass": record.pass_ or "", "cache_state": record.cache_state or "",
-                    "implementation": record.implementation or "", "world_size": str(record.world_size or "")}
-            self._ensure_registered(record.name, record.platform)
+                info = log_pyfunc(model_dir)
+            # what the name does not say (op, pass, cache state, world size are in it, and in the run's params)
+            tags = without_empty({"family": record.family, "platform": record.platform,
+                                  "pmdb.fit_run": fit_run_id, "data_hash": record.data_hash})
+            self._ensure_registered(record)
             version = int(self.client.create_model_version(record.name, info.model_uri, run_id=run.info.run_id,
-                                                           tags=tags, model_id=info.model_id).version)
+                                                           tags=tags, model_id=info.model_id,
+                                                           description=describe_version(record)).version)
         _mirror_version(store, record, model, version, run.info.run_id, fit_run_id, info.model_uri)
         set_mirror_alias(store, record.name, LATEST, version)
         return version
 
-    def _ensure_registered(self, name: str, platform: str) -> None:
+    def _ensure_registered(self, record: VersionRecord) -> None:
         from mlflow.exceptions import MlflowException
 
         try:
-            self.client.get_registered_model(name)
+            self.client.get_registered_model(record.name)
         except MlflowException:
-            self.client.create_registered_model(name, tags={"pmdb.platform": platform})
+            self.client.create_registered_model(
+                record.name, tags={"platform": record.platform},  # the models list shows it whole
+                description=f"{describe_model(record)}. One version per fit; the alias champion marks the "
+                            f"version predictions use.")
 
     # ---- aliases and loading -------------------------------------------------------------------------------
     def set_champion(self, store: Store, name: str, version: int) -> None:
@@ -209,10 +344,72 @@ class Registry:
         return target / "artifacts" / MODEL_DIR
 
 
+def log_pyfunc(model_dir: Path) -> Any:
+    """Log a pmdb model directory as the active run's pyfunc model ``model``; MLflow's ModelInfo."""
+    import mlflow
+
+    return mlflow.pyfunc.log_model(name="model", python_model=str(ENTRY_POINT), artifacts={"model": str(model_dir)},
+                                   pip_requirements=_requirements())
+
+
 def cache_root(workspace: Workspace, name: str, version: int) -> Path:
     """Where :meth:`Registry.download` keeps a fetched version: artifacts/model_cache/NAME/VERSION (versions are
     immutable, so a present copy is that version)."""
     return workspace.artifacts / "model_cache" / name / str(int(version))
+
+
+def without_empty(tags: dict[str, Any]) -> dict[str, str]:
+    """Tags as text, leaving out the ones that do not apply (None or empty)."""
+    return {k: str(v) for k, v in tags.items() if v is not None and str(v) != ""}
+
+
+def percent_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """MLflow's view of a version's test metrics: relative errors (fractions in the mirror) as ``test_<k>_pct`` in
+    percent, as the CLI prints them; the row count ``n`` is logged as ``n_test`` already."""
+    return {f"test_{k}_pct": 100.0 * float(v) for k, v in metrics.items() if k != "n" and _finite(v)}
+
+
+def describe_model(record: VersionRecord) -> str:
+    """What a registered model models: 'relu fwd (cold cache) on cpu-box', 'all_reduce over 2 ranks on cpu-box'."""
+    if record.pass_ is None and record.world_size is not None:
+        what = f"{record.op} over {record.world_size} ranks" + (f" ({record.family})" if record.family == "in_context"
+                                                                else "")
+    else:
+        notes = [x for x in (None if record.implementation in (None, "torch") else record.implementation,
+                             None if record.dtype in (None, "float32") else record.dtype,
+                             f"{record.cache_state} cache" if record.cache_state in ("warm", "cold")
+                             else record.cache_state) if x]
+        what = " ".join(x for x in (record.op, record.pass_) if x) + (f" ({', '.join(notes)})" if notes else "")
+    return f"{what} on {record.platform}"
+
+
+def describe_version(record: VersionRecord) -> str:
+    """One line for the version's MLflow description: 'gbdt, test GMAE 21.3% (n=5), noise floor 2.0%, train n=40,
+    platform cpu-box, fitted 2026-11-25'."""
+    gmae, noise = record.metrics.get("gmae"), record.metrics.get("replicate_gmae")
+    parts = [record.family, f"test GMAE {100 * float(gmae):.1f}% (n={record.n_test})" if _finite(gmae)
+             else "no test error (nothing held out)"]
+    if _finite(noise):
+        parts.append(f"noise floor {100 * float(noise):.1f}%")
+    parts += [f"train n={record.n_train}", f"platform {record.platform}", f"fitted {time.strftime('%Y-%m-%d')}"]
+    return ", ".join(parts)
+
+
+def default_experiment_inside(workspace: Workspace) -> None:
+    """MLflow creates its ``Default`` experiment with the artifact root of the creating process's working directory
+    (./mlruns); point it at artifacts/mlflow/Default while it holds no runs (pmdb logs none there)."""
+    target = (workspace.mlflow_artifacts / "Default").resolve().as_uri()
+    try:
+        with contextlib.closing(sqlite3.connect(workspace.mlflow_db, timeout=30)) as conn:
+            row = conn.execute("SELECT artifact_location FROM experiments WHERE experiment_id = 0").fetchone()
+            if row is None or row[0] == target:
+                return
+            if conn.execute("SELECT count(*) FROM runs WHERE experiment_id = 0").fetchone()[0]:
+                return
+            with conn:
+                conn.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", [target])
+    except sqlite3.Error:
+        return  # a store MLflow can use but sqlite cannot change: leave it as MLflow made it
 
 
 def _finite(value: Any) -> bool:
@@ -268,7 +465,9 @@ def choose_champion(store: Store, name: str, run_id: str | None = None) -> int |
 
 
 def promote(store: Store, registry: Registry, name: str, version: int) -> None:
-    """Move ``champion`` of ``name`` to ``version`` (which must exist)."""
+    """Move ``champion`` of ``name`` (either name form, :func:`known_name`) to ``version`` (which must exist)."""
+    registry.check_mirror(store)
+    name = known_name(store, name)
     if not store.scalar("SELECT count(*) FROM model_versions WHERE name = ? AND version = ?", [name, int(version)]):
         known = store.query("SELECT version FROM model_versions WHERE name = ? ORDER BY version", [name])["version"]
         if known.empty:

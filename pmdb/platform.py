@@ -93,11 +93,25 @@ def known_names(store: Store) -> list[str]:
     return [r[0] for r in store.conn.execute("SELECT name FROM platforms ORDER BY name").fetchall()]
 
 
-class UnknownPlatform(PmdbError):
-    """A platform name that is not registered (the same message everywhere)."""
+REGISTER_HINT = "register one with `pmdb platform --name NAME`"
+CREATE_FLAG = "--create-platform"  # the flag of a command that may create the platform it names
+_SHOWN_NAMES = 6  # known names an UnknownPlatform message lists before "and N more"
 
-    def __init__(self, name: str, known: list[str]):
-        super().__init__(f"unknown platform {name!r} (known: {', '.join(known) or 'none'})")
+
+def create_hint(flag: str = CREATE_FLAG) -> str:
+    """The hint of a command that may create the platform when given ``flag``."""
+    return f"{REGISTER_HINT}, or pass {flag} to create it"
+
+
+class UnknownPlatform(PmdbError):
+    """A platform name that is not registered: one line, the same everywhere,
+    "unknown platform 'x' (known: a, b; <hint>)"."""
+
+    def __init__(self, name: str, known: list[str], hint: str = REGISTER_HINT):
+        shown = ", ".join(known[:_SHOWN_NAMES]) or "none"
+        if len(known) > _SHOWN_NAMES:
+            shown += f" and {len(known) - _SHOWN_NAMES} more"
+        super().__init__(f"unknown platform {name!r} (known: {shown}; {hint})")
         self.name = name
 
 
@@ -107,12 +121,23 @@ def find(store: Store, name: str) -> Platform | None:
     return None if frame.empty else _record(frame.iloc[0].to_dict())
 
 
-def load(store: Store, name: str) -> Platform:
-    """The registered platform called ``name``; :class:`UnknownPlatform` when there is none. The one way stages read
-    a platform."""
+def load(store: Store, name: str, *, hint: str = REGISTER_HINT) -> Platform:
+    """The registered platform called ``name``; :class:`UnknownPlatform` (ending in ``hint``) when there is none.
+    The one way stages read a platform."""
     found = find(store, name)
     if found is None:
-        raise UnknownPlatform(name, known_names(store))
+        raise UnknownPlatform(name, known_names(store), hint)
+    return found
+
+
+def check_known(store: Store, name: str, *, new: bool = False, flag: str = CREATE_FLAG) -> Platform | None:
+    """The registered platform ``name``; None when it is missing and ``new`` (the user passed ``flag``) lets the
+    caller create it; :class:`UnknownPlatform` naming ``flag`` otherwise. Nothing is written: call it before a run
+    row or a platform row is created."""
+    check_name(name)
+    found = find(store, name)
+    if found is None and not new:
+        raise UnknownPlatform(name, known_names(store), create_hint(flag))
     return found
 
 
@@ -248,12 +273,15 @@ def register_local(store: Store, name: str | None = None) -> dict[str, Any]:
 
 
 def ensure_named(store: Store, name: str, *, device_kind: str = "cuda", topology: str | None = None,
-                 details: dict[str, Any] | None = None) -> str:
-    """A platform for imported data recorded on another machine; created when missing. Returns its name."""
+                 details: dict[str, Any] | None = None, create: bool = True, flag: str = CREATE_FLAG) -> str:
+    """A platform for imported data recorded on another machine. A missing one is created only when ``create``
+    (importers; a collect command given ``flag``), else :class:`UnknownPlatform`. Call it in the transaction that
+    writes the platform's rows, after every input was checked, so that a refused input leaves no platform
+    behind. Returns its name."""
     check_name(name)
     if device_kind not in tuple(DeviceKind):
         raise PmdbError(f"bad device kind {device_kind!r}: use cpu or cuda")
-    if find(store, name) is not None:
+    if check_known(store, name, new=create, flag=flag) is not None:
         if topology:
             store.conn.execute("UPDATE platforms SET interconnect = ? WHERE name = ?", [topology, name])
         return name
@@ -265,10 +293,20 @@ def ensure_named(store: Store, name: str, *, device_kind: str = "cuda", topology
 
 
 def resolve(store: Store, name: str | None) -> str:
-    """The platform to use: the named one (must exist), else this machine (registered on first use)."""
+    """The platform to use: the named one (must exist: :class:`UnknownPlatform` otherwise, never created), else
+    this machine (registered on first use)."""
     if name is None:
         return register_local(store)["name"]
     return load(store, name).name
+
+
+def local(store: Store, name: str | None = None, *, new: bool = False, flag: str = CREATE_FLAG) -> str:
+    """This machine's platform for a command that measures here: None -> detected (registered on first use); a
+    registered name -> refreshed (it must be this machine); an unknown name -> registered as this machine only
+    when ``new`` (the user passed ``flag``), else :class:`UnknownPlatform`. Returns its name."""
+    if name is not None:
+        check_known(store, name, new=new, flag=flag)
+    return register_local(store, name)["name"]
 
 
 def describe(store: Store, name: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 import pmdb
-from pmdb import migrator
+from pmdb import migrator, op_coverage
 from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 
@@ -387,9 +387,14 @@ class Run:
     summary: dict[str, Any] = field(default_factory=dict)
 
     def finish(self, status: str, error: str | None = None) -> None:
-        self.store.conn.execute(
-            "UPDATE collection_runs SET status = ?, finished_at = current_timestamp, error = ?, summary = ? "
-            "WHERE run_id = ?", [status, error, to_json(self.summary), self.run_id])
+        """Record the run's end; a completed run refreshes the op-coverage summary of the groups it wrote, in the
+        same transaction (its rows count from that moment on)."""
+        with self.store.transaction():
+            self.store.conn.execute(
+                "UPDATE collection_runs SET status = ?, finished_at = current_timestamp, error = ?, summary = ? "
+                "WHERE run_id = ?", [status, error, to_json(self.summary), self.run_id])
+            if status == "completed":
+                op_coverage.refresh_for_run(self.store.conn, self.run_id)
 
 
 _STALE_ERROR = "the process ended before the run finished"

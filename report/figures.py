@@ -1,6 +1,6 @@
-"""The report's own figures (PNG, matplotlib Agg), each drawn from a frame a named SQL query returned:
-kernel-model test error histograms per op, the fitted collective curves over their measured points (Fig. 9), and
-the plans of the sharding studies. Functions return the file written, or None when the frame has nothing to draw.
+"""The report's own figures (PNG, matplotlib Agg), each drawn from a frame a named SQL query returned: the fitted
+collective curves over their measured points (Fig. 9) and the plans of the sharding studies (the kernel-model error
+view is :mod:`report.kernel_figures`). Functions return the file written, or None when the frame has nothing to draw.
 Each PNG lists the series it draws in its ``Description`` text chunk (JSON), so what a figure shows can be checked."""
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fitters.collective import CollectiveParams, curve  # noqa: E402
+from fitters.data import COLLECTIVE_ALIASES  # noqa: E402
+from report.checks import curve_jumps  # noqa: E402
 
 DPI = 100
-PANEL_COLUMNS = 4
 
 
 def _json(value: object) -> dict:
@@ -42,71 +43,92 @@ def series_of(path: Path) -> list[str]:
         return json.loads(image.text.get("Description", "[]"))
 
 
-def _model_title(row: pd.Series) -> str:
-    parts = [str(row["op"]), str(row["pass"]) if pd.notna(row["pass"]) else f"ws{int(row['world_size'])}"]
-    for extra in ("implementation", "cache_state"):
-        if pd.notna(row.get(extra)) and row.get(extra):
-            parts.append(str(row[extra]))
-    gmae = row.get("test_gmae")
-    tail = f"\n{row['family']} v{int(row['version'])}" + (f", GMAE {100 * gmae:.1f}%" if pd.notna(gmae) else "")
-    return " ".join(parts) + tail
+def collective_params(row: pd.Series) -> tuple[CollectiveParams, float]:
+    """The fitted parameters and bus factor of a collective model row (its ``params`` JSON)."""
+    params = _json(row["params"])
+    p = CollectiveParams(**{k: float(params[k]) for k in CollectiveParams.__dataclass_fields__})
+    return p, float(params["bus_factor"])
 
 
-def error_histograms(models: pd.DataFrame, path: Path) -> Path | None:
-    """One panel per model: counts of held-out rows per bin of e = (predicted - measured) / measured."""
-    rows = [r for _, r in models.iterrows() if _json(r["test_error_hist"]).get("counts")]
-    if not rows:
-        return None
-    cols = min(PANEL_COLUMNS, len(rows))
-    lines = math.ceil(len(rows) / cols)
-    fig, axes = plt.subplots(lines, cols, figsize=(3.4 * cols, 2.7 * lines), squeeze=False)
-    for ax in axes.flat[len(rows):]:
-        ax.axis("off")
-    for ax, row in zip(axes.flat, rows):
-        hist = _json(row["test_error_hist"])
-        counts, labels = hist["counts"], hist.get("labels") or [str(i) for i in range(len(hist["counts"]))]
-        ax.bar(range(len(counts)), counts, color="#4c72b0")
-        ax.set_xticks(range(len(counts)), labels, rotation=70, fontsize=6)
-        ax.set_title(_model_title(row), fontsize=8)
-        ax.tick_params(axis="y", labelsize=7)
-    fig.suptitle("held-out test error histograms, e = (predicted - measured) / measured", fontsize=10)
-    return _save(fig, path, [str(r["name"]) for r in rows])
+def model_collective(name: str) -> str:
+    """The collective whose model times ``name`` (all_to_allv points are test points of the all_to_all model)."""
+    return COLLECTIVE_ALIASES.get(name, name)
+
+
+def panel_keys(points: pd.DataFrame, models: pd.DataFrame) -> list[tuple[str, str, int]]:
+    """(platform, model collective, world size) of every panel: measured points and fitted models together."""
+    keys = {(str(p), model_collective(str(c)), int(w))
+            for p, c, w in zip(points["platform"], points["collective"], points["world_size"])}
+    keys |= {(str(p), str(c), int(w)) for p, c, w in zip(models["platform"], models["op"], models["world_size"])}
+    return sorted(keys, key=lambda k: (k[0], k[2], k[1]))
+
+
+def _draw_curve(ax: plt.Axes, p: CollectiveParams, mul: float, lo: float, hi: float, label: str) -> None:
+    """The fitted curve, one line per region (m <= m1, between, m >= m2): a jump of the model shows as a gap
+    instead of a vertical line the plot would invent between two samples."""
+    regions = ((lo, p.m1), (p.m1, p.m2 * (1 - 1e-9)), (p.m2, hi))
+    first = True
+    for a, b in regions:
+        a, b = max(a, lo), min(b, hi)
+        if b <= a:
+            continue
+        sizes = np.geomspace(a, b, 120)
+        ax.plot(sizes, curve(p, mul, sizes), c="k", lw=1.2, label=label if first else None)
+        first = False
+    for boundary in (p.m1, p.m2):
+        if lo <= boundary <= hi:
+            ax.axvline(boundary, color="green", ls="--", lw=0.8)
 
 
 def collective_curves(points: pd.DataFrame, models: pd.DataFrame, path: Path) -> Path | None:
-    """Per (collective, world size): measured p50 latency over message size, and the fitted curve with its turning
-    points m1, m2 (dashed) when a model exists (paper Fig. 9)."""
-    if points.empty and models.empty:
+    """Per (platform, collective, world size): measured p50 latency over message size (all_to_allv's random-split
+    points in the all_to_all panel, the model that times them), the fitted curve with its turning points m1, m2
+    (dashed) and its held-out GMAE in the title (paper Fig. 9)."""
+    keys = panel_keys(points, models)
+    if not keys:
         return None
-    keys = sorted(set(zip(points["collective"], points["world_size"].astype(int))) |
-                  set(zip(models["op"], models["world_size"].astype(int))))
-    cols = min(3, len(keys))
+    several = len({k[0] for k in keys}) > 1
+    cols = min(3 if len(keys) <= 9 else 4, len(keys))
     lines = math.ceil(len(keys) / cols)
-    fig, axes = plt.subplots(lines, cols, figsize=(4.6 * cols, 3.5 * lines), squeeze=False)
+    width, height = (3.8 * cols if cols < 4 else 12.0), (3.0 if lines <= 3 else 2.6) * lines
+    fig, axes = plt.subplots(lines, cols, figsize=(width, height), squeeze=False)
     for ax in axes.flat[len(keys):]:
         ax.axis("off")
     series: list[str] = []
-    for ax, (collective, world) in zip(axes.flat, keys):
-        mine = points[(points["collective"] == collective) & (points["world_size"] == world)]
-        for kind, group in mine.groupby("split_kind"):
-            ax.scatter(group["max_rank_bytes"], group["lat_p50_us"], s=9, label=f"measured ({kind})",
+    for ax, (platform, collective, world) in zip(axes.flat, keys):
+        mine = points[(points["platform"] == platform) & (points["world_size"] == world)
+                      & (points["collective"].map(model_collective) == collective)]
+        for (name, kind), group in mine.groupby(["collective", "split_kind"]):
+            label = f"{name} ({kind} splits" + (", test points)" if name != collective else ")")
+            ax.scatter(group["max_rank_bytes"], group["lat_p50_us"], s=9, label=label,
                        marker="o" if kind == "equal" else "x")
-            series.append(f"{collective} ws{world} measured {kind}")
-        fitted = models[(models["op"] == collective) & (models["world_size"] == world)]
+            series.append(f"{name} ws{world} measured {kind}")
+        fitted = models[(models["platform"] == platform) & (models["op"] == collective)
+                        & (models["world_size"] == world)]
+        title = f"{collective}, world size {world}" + (f" ({platform})" if several else "")
         if len(fitted):
-            params = _json(fitted.iloc[0]["params"])
-            p = CollectiveParams(**{k: float(params[k]) for k in CollectiveParams.__dataclass_fields__})
+            row = fitted.iloc[0]
+            p, mul = collective_params(row)
             lo = float(mine["max_rank_bytes"].min()) if len(mine) else p.m1 / 64
             hi = float(mine["max_rank_bytes"].max()) if len(mine) else p.m2 * 64
-            sizes = np.geomspace(max(lo, 1.0), max(hi, lo * 2, 2.0), 300)
-            ax.plot(sizes, curve(p, float(params["bus_factor"]), sizes), c="k", lw=1.2,
-                    label=f"fitted v{int(fitted.iloc[0]['version'])}")
+            _draw_curve(ax, p, mul, max(lo, 1.0), max(hi, lo * 2, 2.0), f"fitted v{int(row['version'])}")
             series.append(f"{collective} ws{world} fitted")
-            for boundary in (p.m1, p.m2):
-                ax.axvline(boundary, color="green", ls="--", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel="message size, max over ranks (bytes)", ylabel="latency (µs)",
-               title=f"{collective}, world size {world}")
-        ax.legend(fontsize=7)
+            for boundary, below, at in curve_jumps(curve, p, mul, (p.m1, p.m2)):
+                ax.plot([boundary, boundary], [below, at], c="red", ls=":", lw=1.2)
+                ax.annotate(f"model jumps x{max(below, at) / min(below, at):.1f}", (boundary, max(below, at)),
+                            fontsize=7, color="red", ha="right", va="bottom")
+                series.append(f"{collective} ws{world} jump at {boundary:.0f}")
+            gm = row.get("test_gmae")
+            title += "\n" + (f"held-out GMAE {100 * gm:.1f}% (n={int(row['n_test'])})" if pd.notna(gm)
+                             else "no held-out error stored")
+        else:
+            title += "\nno fitted curve"
+        ax.set(xscale="log", yscale="log")
+        ax.set_xlabel("message size, max over ranks (bytes)", fontsize=8)
+        ax.set_ylabel("latency (µs)", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6, loc="upper left")
     return _save(fig, path, series)
 
 

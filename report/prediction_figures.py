@@ -1,6 +1,7 @@
-"""Report plots from stored predictions: predicted vs measured per workload (like the paper's Fig. 10/11) and the
-per-rank, per-stream time breakdown. Functions take a store and an output directory and return the files written;
-``platform`` keeps the predictions made for that target platform only (None: every platform)."""
+"""Report plots from stored predictions: predicted vs measured (with the measured spread) per workload (like the
+paper's Fig. 10/11) and the per-rank, per-stream time breakdown. Functions take a store and an output directory
+and return the files written; ``platform`` keeps the predictions made for that target platform only (None: every
+platform)."""
 from __future__ import annotations
 
 import json
@@ -17,13 +18,24 @@ from pmdb.metrics import gmae  # noqa: E402
 from pmdb.store import Store  # noqa: E402
 
 _LATEST = """
-SELECT * FROM v_prediction_errors
-WHERE (? IS NULL OR mode = ?) AND (? IS NULL OR platform = ?)
-ORDER BY family, world_size, workload, batch_size, sharder, prediction_id
+WITH per_iteration AS (
+    SELECT run_id, iteration, max(time_us) AS time_us FROM e2e_measurements GROUP BY run_id, iteration),
+spread AS (
+    SELECT run_id, quantile_cont(time_us, 0.1) AS p10_us, quantile_cont(time_us, 0.9) AS p90_us,
+           count(*) AS iterations
+    FROM per_iteration GROUP BY run_id)
+SELECT e.*, w.spread, s.p10_us, s.p90_us, s.iterations
+FROM v_prediction_errors e
+LEFT JOIN workload_runs w ON w.run_id = e.workload_run_id
+LEFT JOIN spread s ON s.run_id = e.workload_run_id
+WHERE (? IS NULL OR e.mode = ?) AND (? IS NULL OR e.platform = ?)
+ORDER BY e.family, e.world_size, e.workload, e.batch_size, e.sharder, e.prediction_id
 """
+SAME_SHAPE = ["platform", "family", "workload", "batch_size", "world_size", "mode", "model_set_id"]  # plans compared
 
 
-def _label(row: pd.Series) -> str:
+def label(row: pd.Series) -> str:
+    """'workload bB wsN [sharder]'."""
     parts = [str(row["workload"])]
     if pd.notna(row.get("batch_size")):
         parts.append(f"b{int(row['batch_size'])}")
@@ -33,73 +45,123 @@ def _label(row: pd.Series) -> str:
     return " ".join(parts)
 
 
-def _latest(store: Store, mode: str | None, platform: str | None) -> pd.DataFrame:
-    return store.query(_LATEST, [mode, mode, platform, platform])
+def latest(store: Store, mode: str | None, platform: str | None) -> pd.DataFrame:
+    """The latest prediction per trace set, mode, model set and target platform with ground truth, with the
+    measured run's spread: ``p10_us``/``p90_us`` of the per-iteration max over ranks (e2e_measurements) and
+    ``spread`` = (p90 - p10) / median as the run stored it; ``label`` names the run (with its target platform when
+    the frame holds several)."""
+    frame = store.query(_LATEST, [mode, mode, platform, platform])
+    several = frame["platform"].nunique() > 1
+    frame["label"] = [label(r) + (f" @{r['platform']}" if several else "") for _, r in frame.iterrows()]
+    return frame
+
+
+def measured_range(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(below, above) the measured time in µs: to p10 and p90 of the run's iterations, else ± spread / 2 of the
+    measured median, else 0."""
+    meas = frame["measured_us"].to_numpy(dtype=float)
+    half = (frame["spread"].astype(float).fillna(0.0).to_numpy() / 2) * meas
+    below = np.where(frame["p10_us"].notna(), meas - frame["p10_us"].astype(float).fillna(0.0), half)
+    above = np.where(frame["p90_us"].notna(), frame["p90_us"].astype(float).fillna(0.0) - meas, half)
+    return np.clip(below, 0, None), np.clip(above, 0, None)
 
 
 def predicted_vs_measured(store: Store, out_dir: Path, mode: str | None = "model", platform: str | None = None
                           ) -> Path | None:
-    """Grouped bars (ms) of measured, predicted and baseline time per workload run, one panel per family;
-    the error of each prediction is written above its bar. Returns the PNG path, or None without predictions."""
-    frame = _latest(store, mode, platform)
+    """Horizontal grouped bars (ms) of measured (error bar: p10-p90 of the iterations), predicted and baseline time
+    per workload run, one panel per family; predictions the model cannot tell apart from another plan (see
+    :func:`report.checks.indistinguishable`) are hatched. No numbers on the bars: the report's table has them.
+    Returns the PNG path, or None without predictions."""
+    from report.checks import indistinguishable
+
+    frame = latest(store, mode, platform)
     if frame.empty:
         return None
+    _, flagged = indistinguishable(frame, SAME_SHAPE, "label")
     families = list(dict.fromkeys(frame["family"]))
-    fig, axes = plt.subplots(len(families), 1, figsize=(max(6.0, 0.55 * frame.groupby("family").size().max() + 2),
-                                                        3.6 * len(families)), squeeze=False)
+    sizes = [int((frame["family"] == f).sum()) for f in families]
+    row = max(0.2, min(0.42, 12.0 / len(frame)))  # inches per run: thinner rows keep a long list short
+    fig, axes = plt.subplots(len(families), 1, figsize=(10.0, 0.6 + sum(0.5 + row * n for n in sizes)),
+                             squeeze=False, gridspec_kw={"height_ratios": [0.5 + row * n for n in sizes]})
     for ax, family in zip(axes[:, 0], families):
-        part = frame[frame["family"] == family].reset_index(drop=True)
-        x = np.arange(len(part))
-        width = 0.27
-        ax.bar(x - width, part["measured_us"] / 1e3, width, label="measured", color="#4c72b0")
-        bars = ax.bar(x, part["predicted_us"] / 1e3, width, label="predicted", color="#dd8452")
-        ax.bar(x + width, part["baseline_us"] / 1e3, width, label="baseline (sum of kernels)", color="#bbbbbb")
-        for bar, err in zip(bars, part["rel_error"]):
-            ax.annotate(f"{100 * err:+.1f}%", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7)
+        part = frame[frame["family"] == family]
+        y = np.arange(len(part))
+        h = 0.27
+        below, above = measured_range(part)
+        ax.barh(y - h, part["measured_us"] / 1e3, h, xerr=(below / 1e3, above / 1e3), capsize=2,
+                error_kw={"lw": 0.8}, label="measured (bar: p10-p90 of iterations)", color="#4c72b0")
+        bars = ax.barh(y, part["predicted_us"] / 1e3, h, label="predicted", color="#dd8452", edgecolor="white",
+                       linewidth=0)
+        for bar, index in zip(bars, part.index):
+            if index in flagged:
+                bar.set_hatch("//")
+        ax.barh(y + h, part["baseline_us"] / 1e3, h, label="baseline (sum of kernels)", color="#bbbbbb")
         geo = gmae(part["predicted_us"], part["measured_us"])
-        ax.set_title(f"{family}: geomean |e| {100 * geo:.2f}% over {len(part)} runs ({mode or 'all modes'})")
-        ax.set_xticks(x, [_label(r) for _, r in part.iterrows()], rotation=45, ha="right", fontsize=7)
-        ax.set_ylabel("iteration time (ms)")
-        ax.legend(fontsize=7)
-    return _save(fig, out_dir, "predicted_vs_measured", mode)
+        base = part.dropna(subset=["baseline_us"])
+        tail = f"; baseline {100 * gmae(base['baseline_us'], base['measured_us']):.1f}%" if len(base) else ""
+        ax.set_title(f"{family}: geomean |e| {100 * geo:.1f}% over {len(part)} runs{tail} "
+                     f"({mode or 'all modes'})", fontsize=9)
+        ax.set_yticks(y, part["label"], fontsize=7)
+        ax.set_ylim(len(part) - 0.5, -0.5)
+        ax.set_xlabel("iteration time (ms)", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(True, axis="x", alpha=0.3)
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    if flagged:
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="#dd8452", hatch="//", edgecolor="white"))
+        names.append("predicted, plans indistinguishable to the model")
+    fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=7, frameon=False)
+    return _save(fig, out_dir, "predicted_vs_measured", mode, top=0.35)
 
 
 def stream_breakdown(store: Store, out_dir: Path, mode: str | None = "model", limit: int = 12,
-                     platform: str | None = None) -> Path | None:
-    """Stacked bars per workload and rank (ms): compute busy, communication only, and the rest (CPU-bound or idle).
-    Uses the latest ``limit`` predictions. Returns the PNG path, or None without predictions."""
-    frame = _latest(store, mode, platform)
+                     platform: str | None = None, max_bars: int = 40) -> Path | None:
+    """Horizontal stacked bars per workload and rank (ms): compute busy, communication only, and the rest (CPU-bound
+    or idle). Uses the latest ``limit`` predictions, fewer when their ranks would make more than ``max_bars`` bars
+    (at least one prediction). Returns the PNG path, or None without predictions."""
+    frame = latest(store, mode, platform)
     if frame.empty:
         return None
     frame = frame.sort_values("prediction_id").tail(limit)
     per_rank = store.query("SELECT prediction_id, per_rank FROM predictions WHERE prediction_id IN ("
                            + ",".join(str(int(i)) for i in frame["prediction_id"]) + ")")
     ranks = dict(zip(per_rank["prediction_id"], per_rank["per_rank"].map(json.loads)))
+    kept, bars = [], 0
+    for prediction_id in reversed(frame["prediction_id"].tolist()):  # newest first
+        if kept and bars + len(ranks[prediction_id]) > max_bars:
+            break
+        kept.append(prediction_id)
+        bars += len(ranks[prediction_id])
+    frame = frame[frame["prediction_id"].isin(kept)]
     labels, compute, comm_only, rest = [], [], [], []
     for _, row in frame.iterrows():
         for rank in ranks[row["prediction_id"]]:
-            labels.append(f"{_label(row)} r{rank['rank']}")
+            labels.append(f"{row['label']} r{rank['rank']}")
             compute.append(rank["compute_busy_us"] / 1e3)
             comm_only.append(rank["comm_unoverlapped_us"] / 1e3)
             rest.append(max(0.0, rank["predicted_us"] - rank["device_active_us"]) / 1e3)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.4 * len(labels) + 2), 4.2))
-    x = np.arange(len(labels))
-    ax.bar(x, compute, label="compute busy", color="#4c72b0")
-    ax.bar(x, comm_only, bottom=compute, label="communication only", color="#c44e52")
-    ax.bar(x, rest, bottom=np.add(compute, comm_only), label="CPU / idle (no stream busy)", color="#cccccc")
-    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("predicted time (ms)")
-    ax.set_title(f"per-rank time breakdown of the predicted iteration ({mode or 'all modes'})")
-    ax.legend(fontsize=7)
-    return _save(fig, out_dir, "stream_breakdown", mode)
+    fig, ax = plt.subplots(figsize=(10.0, 1.3 + 0.24 * len(labels)))
+    y = np.arange(len(labels))
+    ax.barh(y, compute, 0.7, label="compute busy", color="#4c72b0")
+    ax.barh(y, comm_only, 0.7, left=compute, label="communication only", color="#c44e52")
+    ax.barh(y, rest, 0.7, left=np.add(compute, comm_only), label="CPU / idle (no stream busy)", color="#cccccc")
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xlabel("predicted time (ms)", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(f"per-rank time breakdown of the predicted iteration, latest {len(frame)} predictions "
+                 f"({mode or 'all modes'})", fontsize=9)
+    fig.legend(loc="upper center", ncol=3, fontsize=7, frameon=False)
+    return _save(fig, out_dir, "stream_breakdown", mode, top=0.3)
 
 
-def _save(fig: plt.Figure, out_dir: Path, stem: str, mode: str | None) -> Path:
+def _save(fig: plt.Figure, out_dir: Path, stem: str, mode: str | None, top: float = 0.0) -> Path:
+    """Lay out (leaving ``top`` inches for the figure legend) and write ``<stem>[_<mode>].png`` at 100 dpi."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
     path = out_dir / f"{stem}{'_' + mode if mode else ''}.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 

@@ -16,7 +16,10 @@ What a plan changes, and what is rewritten here on a deep copy of the source :cl
 
 Ops whose cost does not depend on the placement (MLPs, interaction, DDP all_reduce) are left as recorded, and so are
 the few small copies that split the received buffer (their sizes change with the plan; their time stays the traced one).
-Measured iteration times are cleared: they belong to the source plan.
+Measured iteration times are cleared: they belong to the source plan. The source may itself be derived (a graph
+rescaled to another batch by :func:`simulator.whatif.scale_batch`, with the task at that batch): ``pmdb predict
+--what-if --sharder`` derives plans that way (:mod:`shard.reshard`); the table statistics may come from the
+recorded run (:func:`table_rows`) instead of the task's input generator.
 """
 from __future__ import annotations
 
@@ -33,13 +36,8 @@ from pmdb.errors import PmdbError
 from pmdb.traces import oparg
 from shard.plans import Plan, ShardTask
 from simulator.embedding_stats import EmbeddingStats
+from simulator.whatif import BOUNDS_CHECK, CUMSUM_ARGS, EMBEDDING_MARK, PER_TABLE_ARGS, WEIGHT_ARGS
 from pmdb.traces.graph import Op, TraceGraph
-
-EMBEDDING_MARK = "split_embedding"    # FBGEMM TBE lookup ops and their wrappers, forward and backward
-BOUNDS_CHECK = "bounds_check_indices"
-PER_TABLE_ARGS = ("rows_per_table", "weights_offsets", "weights_placements")
-CUMSUM_ARGS = ("D_offsets", "hash_size_cumsum")
-WEIGHT_ARGS = ("host_weights", "dev_weights")
 
 
 @dataclass(frozen=True)
@@ -131,6 +129,16 @@ def _rewrite_exchange(op: Op, send: list[int], recv: list[int], old_send: list[i
 
 def _numel(shape: Any) -> int:
     return int(np.prod(shape)) if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape) else 0
+
+
+def table_rows(embedding: EmbeddingStats, num_tables: int) -> list[dict[str, Any]] | None:
+    """Per-table statistics (index = table index) from a workload's per-rank statistics (every table is held by
+    one rank); None when some table has none."""
+    rows = {int(t["table_index"]): dict(t) for tables in embedding.per_rank.values() for t in tables
+            if "table_index" in t}
+    if sorted(rows) != list(range(num_tables)):
+        return None
+    return [rows[t] for t in range(num_tables)]
 
 
 def derive(source: TraceGraph, source_ranks: Sequence[int], task: ShardTask, plan: Plan,

@@ -73,10 +73,11 @@ def ensure_tasks(store: Store, exp: Experiment) -> list[int]:
 def model_digest(store: Store, platform: str, models: str, cache_state: str | None) -> str:
     """Short digest of the model versions ``models`` selects on ``platform`` (names and versions)."""
     from fitters.load import select_models
-    from simulator.model_set import parse_spec
+    from simulator.model_set import choose_collectives, collective_choice, parse_spec
 
     alias, versions = parse_spec(models)
-    refs = select_models(store, platform, alias or "champion", versions=versions, cache_state=cache_state)
+    refs = choose_collectives(select_models(store, platform, alias or "champion", versions=versions,
+                                            cache_state=cache_state), collective_choice(models)[1])
     text = ",".join(sorted(f"{r.name}:{r.version}" for r in refs))
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 

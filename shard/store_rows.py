@@ -1,5 +1,5 @@
 """What a sharding study writes: per plan a derived trace set row (source 'derived', no trace files: the graph was
-derived in memory) and its prediction with the exact model and overhead versions used; then the study and its plans
+derived in memory; its parent the recorded trace set) and its prediction with the exact model and overhead versions used; then the study and its plans
 (shard_studies, shard_plans). Everything is written after the work is done, under the study's 'shard' run, so
 nothing of an interrupted or failed study counts (the views read completed runs only)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pmdb.store import Store
 from shard.derive import DerivedPlan
 from shard.plans import ShardTask
 from shard.runs import Measured
-from simulator.store_rows import Prediction, store_prediction
+from simulator.store_rows import Prediction, store_derived_trace_set, store_prediction
 
 
 def _none(value: float | None) -> float | None:
@@ -20,17 +20,22 @@ def _none(value: float | None) -> float | None:
 
 
 def store_plan_prediction(store: Store, run_id: str, task: ShardTask, derived: DerivedPlan, pred: Prediction,
-                          source_trace_set: int) -> int:
+                          source_trace_set: int, measured: Measured | None = None) -> int:
     """The derived trace set and its prediction; returns the prediction id.
 
-    The derived set names its plan in its label but has no workload id, and the prediction carries no ground truth:
-    trace sets of a workload are what ``pmdb predict`` predicts that workload's runs from (a derived set has no
-    trace files), and the study's ground truth is pooled over several runs, so it lives in shard_plans."""
-    trace_set_id = store.insert_one("trace_sets", {
-        "run_id": run_id, "platform": pred.source_platform, "workload_id": None,
-        "label": f"{task.config.name} {derived.plan.sharder} (derived from trace set {source_trace_set})",
-        "world_size": task.world_size, "source": "derived"}, returning="trace_set_id")
-    pred.trace_set_id = int(trace_set_id)
+    The derived set names its parent (the recorded source) and its plan (``derivation``). With ground truth
+    (``--validate``) the prediction is judged against the plan's pooled median, its workload run the last one, and
+    the derived set belongs to the plan's workload, so the end-to-end error views and the report list the plan;
+    without, it belongs to its parent's workload."""
+    workload_id = store.scalar("SELECT workload_id FROM trace_sets WHERE trace_set_id = ?", [source_trace_set])
+    if measured is not None and measured.runs and _none(measured.measured_us) is not None:
+        pred.workload_run_id, pred.measured_us = measured.runs[-1], float(measured.measured_us)
+        workload_id = store.scalar("SELECT workload_id FROM workload_runs WHERE run_id = ?", [measured.runs[-1]])
+    pred.trace_set_id = store_derived_trace_set(
+        store, run_id, parent=source_trace_set, platform=pred.source_platform, world_size=task.world_size,
+        label=f"{task.config.name} {derived.plan.sharder} (derived from trace set {source_trace_set})",
+        workload_id=None if workload_id is None else int(workload_id),
+        derivation={"sharder": derived.plan.sharder, "plan": list(derived.plan.ranks)})
     return store_prediction(store, run_id, pred)
 
 

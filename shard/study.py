@@ -156,7 +156,7 @@ def _store(store: Store, run_id: str, platform: str, task: ShardTask, settings: 
     rows = []
     for position, r in enumerate(result.plans, 1):
         prediction_id = store_rows.store_plan_prediction(store, run_id, task, r.derived, r.prediction,
-                                                         source_trace_set)
+                                                         source_trace_set, r.measured)
         rows.append(store_rows.plan_row(r.derived, r.prediction, prediction_id, position, r.predict_s, r.measured))
     study: dict[str, Any] = {
         "run_id": run_id, "task_id": task.task_id, "platform": platform, "world_size": task.world_size,

@@ -60,6 +60,34 @@ class RankResult:
 
 
 @dataclass(slots=True)
+class OpSpan:
+    """Where the engine put one op of a rank (µs from the iteration's start; filled only when :func:`simulate` is
+    given a :class:`Timeline`). ``arrive`` → ``synced``: the calling thread waits for a collective (intra-rank
+    sync); ``synced`` → ``begin``: T1; ``begin`` → ``end``: the op on the calling thread. ``kernels`` are
+    ``(stream, start, end, own duration)`` in the op's order (a collective's end includes waiting for its peers),
+    ``host_waits`` the calling thread's waits for streams inside the op, ``stream_waits`` ``(stream, from, to)``:
+    a stream held idle by the sync before the op (async devices align both streams' fronts)."""
+
+    index: int
+    arrive: float
+    synced: float = 0.0
+    begin: float = 0.0
+    end: float = 0.0
+    kernels: list[tuple[int, float, float, float]] = field(default_factory=list)
+    host_waits: list[tuple[float, float]] = field(default_factory=list)
+    stream_waits: list[tuple[int, float, float]] = field(default_factory=list)
+    stream_waits_from: tuple[float, ...] = ()   # the stream fronts when the op's turn came
+
+
+@dataclass(slots=True)
+class Timeline:
+    """Per rank, every op's :class:`OpSpan` in program order (``simulate(..., timeline=Timeline())``). Recording
+    is opt-in: without it the engine keeps no per-op record."""
+
+    ranks: list[list[OpSpan]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class SimResult:
     """The iteration: maxima over ranks, and the per-rank details."""
 
@@ -88,20 +116,27 @@ class SimResult:
         return crit.comm_unoverlapped_us / crit.predicted_us if crit.predicted_us > 0 else 0.0
 
 
-def _launch(state: RankState, op: TimedOp, sem: AsyncDevice | SyncHost) -> None:
+def _launch(state: RankState, op: TimedOp, sem: AsyncDevice | SyncHost, span: OpSpan | None = None) -> None:
     """Algorithm 1 lines 12–27: intra-rank sync, T1, then T2/T5 and T4 around each kernel (up to the inter-rank
-    sync)."""
+    sync). ``span`` (optional, made by :func:`_advance_recorded`) records where the op went."""
     if state.last_comm is not None and state.last_comm in op.waits_on:
         sem.intra_sync(state)
         state.last_comm = None
     elif op.is_collective:
         sem.collective_sync(state)
         state.last_comm = None
+    if span is not None:
+        span.synced, span.begin = state.cpu, state.cpu + op.t1
+        span.stream_waits = [(s, front, state.fronts[s]) for s, front in enumerate(span.stream_waits_from)
+                             if state.fronts[s] > front]
     state.cpu += op.t1
     if op.kernel_waits:   # a synchronize call between launches: the host waits there, not after the op
         for (stream, dur, t4, before), waits in zip(op.kernels, op.kernel_waits):
             if waits:
+                waited = state.cpu
                 state.host_wait(waits)
+                if span is not None and state.cpu > waited:
+                    span.host_waits.append((waited, state.cpu))
             state.cpu += before
             sem.kernel(state, stream, dur, t4)
         return
@@ -110,11 +145,14 @@ def _launch(state: RankState, op: TimedOp, sem: AsyncDevice | SyncHost) -> None:
         sem.kernel(state, stream, dur, t4)
 
 
-def _finish(state: RankState, op: TimedOp, index: int) -> None:
+def _finish(state: RankState, op: TimedOp, index: int, span: OpSpan | None = None) -> None:
     """Algorithm 1 lines 32–38 plus host syncs: T3 (or the CPU time of an op without kernels)."""
     state.cpu += op.t3 if op.kernels else op.cpu_us
     if op.sync_streams:
+        waited = state.cpu
         state.host_wait(op.sync_streams)
+        if span is not None and state.cpu > waited:
+            span.host_waits.append((waited, state.cpu))
     if op.is_collective:
         state.last_comm = index
 
@@ -130,14 +168,34 @@ def _advance(ops: Sequence[TimedOp], start: int, state: RankState, sem: AsyncDev
     return len(ops)
 
 
-def simulate(programs: Sequence[Sequence[TimedOp]], sem: AsyncDevice | SyncHost) -> SimResult:
-    """Predict one iteration of all ranks; ``programs[r]`` is rank r's ops in execution order."""
+def _advance_recorded(ops: Sequence[TimedOp], start: int, state: RankState, sem: AsyncDevice | SyncHost,
+                      spans: list[OpSpan]) -> int:
+    """:func:`_advance`, appending each op's :class:`OpSpan` to ``spans`` (a loop of its own: prediction without
+    a timeline pays nothing for it)."""
+    for i in range(start, len(ops)):
+        op = ops[i]
+        span = OpSpan(i, state.cpu, stream_waits_from=tuple(state.fronts))
+        spans.append(span)
+        _launch(state, op, sem, span)
+        if op.is_collective:
+            return i
+        _finish(state, op, i, span)
+        span.end = state.cpu
+    return len(ops)
+
+
+def simulate(programs: Sequence[Sequence[TimedOp]], sem: AsyncDevice | SyncHost,
+             timeline: Timeline | None = None) -> SimResult:
+    """Predict one iteration of all ranks; ``programs[r]`` is rank r's ops in execution order. With ``timeline``,
+    every op's place is recorded in it (:class:`OpSpan`)."""
     if not programs:
         raise PmdbError("nothing to simulate: no ranks")
     states = [RankState() for _ in programs]
+    spans: list[list[OpSpan] | None] = [[] if timeline is not None else None for _ in programs]
     pos = [0] * len(programs)
     while True:
-        at = [_advance(ops, p, st, sem) for ops, p, st in zip(programs, pos, states)]
+        at = [_advance(ops, p, st, sem) if sp is None else _advance_recorded(ops, p, st, sem, sp)
+              for ops, p, st, sp in zip(programs, pos, states, spans)]
         done = [a == len(ops) for a, ops in zip(at, programs)]
         if all(done):
             break
@@ -147,12 +205,30 @@ def simulate(programs: Sequence[Sequence[TimedOp]], sem: AsyncDevice | SyncHost)
                             f"{[r for r, d in enumerate(done) if d]} never reach: collective counts differ")
         end = max(st.fronts[COMM] for st in states)          # inter-rank sync (Algorithm 1, lines 29–31)
         last_start = max((st.starts[COMM][-1] for st in states if st.starts[COMM]), default=0.0)
-        for ops, a, st in zip(programs, at, states):
+        for ops, a, st, sp in zip(programs, at, states, spans):
             own = ops[a].after_last_us
             st.set_comm_end(end if own is None else last_start + own)
-            _finish(st, ops[a], a)
+            if sp is None:
+                _finish(st, ops[a], a)
+            else:
+                _finish(st, ops[a], a, sp[-1])
+                sp[-1].end = st.cpu
         pos = [a + 1 for a in at]
+    if timeline is not None:
+        timeline.ranks = [_place_kernels(ops, st, sp) for ops, st, sp in zip(programs, states, spans)]
     return SimResult([_rank_result(r, st, len(ops)) for r, (st, ops) in enumerate(zip(states, programs))])
+
+
+def _place_kernels(ops: Sequence[TimedOp], state: RankState, spans: list[OpSpan]) -> list[OpSpan]:
+    """Each span's kernels from the rank's stream intervals (recorded in launch order, final after the
+    inter-rank syncs)."""
+    cursor = [0, 0]
+    for span in spans:
+        for stream, dur, _, _ in ops[span.index].kernels:
+            k = cursor[stream]
+            cursor[stream] += 1
+            span.kernels.append((stream, state.starts[stream][k], state.ends[stream][k], dur))
+    return spans
 
 
 def _union(starts: list[float], ends: list[float]) -> tuple[np.ndarray, np.ndarray]:

@@ -99,8 +99,44 @@ def platform_peaks(store: Store, platform: str) -> dict[str, float]:
     return {**gpu_specs.peaks(store, platform), **{m: float(v) for m, v in zip(frame["metric"], frame["value"])}}
 
 
+IN_CONTEXT, PLAIN = "in-context", "plain"
+COLLECTIVE_CHOICES = (IN_CONTEXT, PLAIN)
+PLAIN_SUFFIX = "+plain"   # a spec ending in it prices collectives by the plain microbenchmark curves
+
+
+def collective_choice(spec: str) -> tuple[str, str]:
+    """'champion+plain' -> ('champion', 'plain'); any other spec -> (spec, 'in-context'): collectives are priced by
+    their in-context versions (family ``in_context``, :mod:`fitters.collective_context`) where the selection holds
+    one, else by the plain curve."""
+    if spec.endswith(PLAIN_SUFFIX):
+        return spec[:-len(PLAIN_SUFFIX)], PLAIN
+    return spec, IN_CONTEXT
+
+
+def with_collectives(spec: str, choice: str) -> str:
+    """``spec`` with the plain curves chosen when ``choice`` is 'plain'; 'in-context' (the default) leaves it as it
+    is (a spec that ends in '+plain' already keeps the plain curves)."""
+    if choice not in COLLECTIVE_CHOICES:
+        raise PmdbError(f"bad --collectives {choice!r}: use {' or '.join(COLLECTIVE_CHOICES)}")
+    return collective_choice(spec)[0] + PLAIN_SUFFIX if choice == PLAIN else spec
+
+
+def choose_collectives(refs: list[Any], choice: str) -> list[Any]:
+    """The selected versions without the collective versions ``choice`` does not price with: 'plain' drops the
+    in-context ones; 'in-context' drops the plain curve of every (collective, world size) that has one."""
+    def scaled(ref: Any) -> bool:
+        return ref.is_collective and ref.family == "in_context"
+
+    if choice == PLAIN:
+        return [r for r in refs if not scaled(r)]
+    covered = {(r.op, r.world_size) for r in refs if scaled(r)}
+    return [r for r in refs if not (r.is_collective and not scaled(r) and (r.op, r.world_size) in covered)]
+
+
 def parse_spec(spec: str) -> tuple[str, dict[str, int] | None]:
-    """'champion' -> (alias, None); 'name:3,other:1' -> ('', {name: 3, other: 1})."""
+    """'champion' -> (alias, None); 'name:3,other:1' -> ('', {name: 3, other: 1}); a '+plain' suffix (the
+    collectives' choice, :func:`collective_choice`) is left out."""
+    spec = collective_choice(spec)[0]
     if ":" not in spec:
         return spec, None
     versions = {}
@@ -130,13 +166,16 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
     """The versions ``spec`` selects (an alias such as 'champion', or 'name:version,...') of ``platform``, loaded
     lazily. Where one (op, pass, implementation) has models of several cache states, the one that matches in-context
     times best on the platform kind is used (cold on CPUs, device timings on GPUs) unless ``cache_state`` says;
-    ``cache_state='blend'`` keeps a warm and a cold model per op (their geometric mean is used, see timing)."""
+    ``cache_state='blend'`` keeps a warm and a cold model per op (their geometric mean is used, see timing).
+    Collectives are priced by their in-context versions where the selection holds one, unless ``spec`` ends in
+    '+plain' (:func:`choose_collectives`)."""
     from fitters.load import load_model, select_models
 
     alias, versions = parse_spec(spec)
     blend = cache_state == BLEND
     refs = select_models(store, platform, alias or "champion", versions=versions,
                          cache_state=None if blend else cache_state)
+    refs = choose_collectives(refs, collective_choice(spec)[1])
     digest = hashlib.sha256(",".join(sorted(f"{r.name}:{r.version}" for r in refs)).encode()).hexdigest()[:8]
     order = CACHE_PREFERENCE.get(semantics, ())
     rank = {state: i for i, state in enumerate(order)}

@@ -18,15 +18,17 @@ from pmdb.platform import Semantics
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
 from pmdb.traces.graph import TraceGraph
+from pmdb.traces.recorded import given_measured_us, recorded_threads
 from pmdb.traces.set_rows import complete_iterations, trace_set_info, untimed_ranks
+from simulator import chrome_trace
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
-from simulator.model_set import BLEND, Overheads, parse_spec
+from simulator.pending import pending_runs  # noqa: F401  (pmdb predict --all; kept importable from here)
 from simulator.store_rows import Prediction, ground_truth, store_prediction, trace_set_for_run
 from simulator.replay import replay_programs
 from simulator.session import PredictionSession
-from simulator.threads import run_threads, thread_mismatch
+from simulator.threads import model_threads, run_threads, thread_mismatch
 
 MODES = ("model", "replay")
 
@@ -44,12 +46,15 @@ def replay_iterations(store: Store, trace_set_id: int, semantics: Semantics) -> 
     return runs
 
 
-def _replay(store: Store, trace_set_id: int, semantics: Semantics) -> tuple[SimResult, float, int]:
-    """Every complete iteration replayed; the median one (by steady-state time) represents them."""
-    runs = [(period, single) for _, period, single in replay_iterations(store, trace_set_id, semantics)]
+def _replay(store: Store, trace_set_id: int, semantics: Semantics,
+            timeline: bool = False) -> tuple[SimResult, float, int, chrome_trace.SimulatedIteration | None]:
+    """Every complete iteration replayed; the median one (by steady-state time) represents them (``timeline``:
+    with that iteration recorded op by op)."""
+    runs = [(period, single, graph) for graph, period, single in replay_iterations(store, trace_set_id, semantics)]
     runs.sort(key=lambda r: r[0])
     median = statistics.median(r[0] for r in runs)
-    return runs[(len(runs) - 1) // 2][1], median, len(runs)
+    period, single, graph = runs[(len(runs) - 1) // 2]
+    return single, median, len(runs), chrome_trace.replayed(graph, semantics) if timeline else None
 
 
 @contextlib.contextmanager
@@ -69,29 +74,36 @@ def _collector_paused() -> Iterator[None]:
 def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", models: str = "champion",
                       target_platform: str | None = None, cache_state: str | None = None,
                       workload_run_id: str | None = None, overhead_version: int | None = None,
-                      overheads_from: str | None = None) -> Prediction:
+                      overheads_from: str | None = None, timeline: bool = False) -> Prediction:
     """Simulate a stored trace set; nothing is written (see :func:`predict_and_store`). In model mode, kernel models
     fitted at another thread count than the ground-truth workload run's give one warning line on stderr (and
-    ``Prediction.warnings``)."""
+    ``Prediction.warnings``). ``timeline``: also record the simulated iteration op by op (``Prediction.iteration``,
+    exported by :mod:`simulator.chrome_trace`)."""
     with _collector_paused():
         return _predict(store, trace_set_id, mode=mode, models=models, target_platform=target_platform,
                         cache_state=cache_state, workload_run_id=workload_run_id, overhead_version=overhead_version,
-                        overheads_from=overheads_from)
+                        overheads_from=overheads_from, timeline=timeline)
 
 
 def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_platform: str | None,
              cache_state: str | None, workload_run_id: str | None, overhead_version: int | None,
-             overheads_from: str | None = None) -> Prediction:
+             overheads_from: str | None = None, timeline: bool = False) -> Prediction:
     if mode not in MODES:
         raise PmdbError(f"bad --mode {mode!r}: use model or replay")
     started = time.perf_counter()
     info = trace_set_info(store, trace_set_id)
+    if info["source"] == "derived":
+        raise PmdbError(f"trace set {trace_set_id} was derived (no traces: {info['label']}); predict a configuration "
+                        f"that was not run with `pmdb predict --what-if --trace-set PARENT ...`")
     source = str(info["platform"])
     target = target_platform or source
     if mode == "replay" and target != source:
         raise PmdbError("replay mode takes every time from the trace itself: it has no target platform "
                         "(use --mode model with --target-platform)")
     run_id, measured = ground_truth(store, trace_set_id, target, mode, workload_run_id)
+    run_id, measured, truth = _set_truth(store, info, target, mode, run_id, measured, workload_run_id)
+    if truth:
+        print(f"pmdb: note: {truth}", file=sys.stderr)
     unmarked = unmarked_note(store, trace_set_id)
     if unmarked:
         print(f"pmdb: warning: {unmarked}", file=sys.stderr)
@@ -101,18 +113,21 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
             raise PmdbError(f"trace set {trace_set_id} has no times on rank(s) {', '.join(map(str, untimed))} "
                             f"(an execution trace alone): replay takes every time from a Kineto trace; predict it "
                             f"in model mode instead")
-        result, predicted, iterations = _replay(store, trace_set_id, platforms.load(store, target).semantics)
+        result, predicted, iterations, iteration = _replay(store, trace_set_id,
+                                                           platforms.load(store, target).semantics, timeline)
         return Prediction(trace_set_id=int(trace_set_id), mode=mode, source_platform=source, target_platform=target,
                           result=result, predicted_us=predicted, iterations=iterations, measured_us=measured,
-                          workload_run_id=run_id, elapsed_s=time.perf_counter() - started)
+                          workload_run_id=run_id, elapsed_s=time.perf_counter() - started, iteration=iteration)
     session = PredictionSession(store, target, models=models, cache_state=cache_state,
                                 overhead_version=overhead_version, overheads_from=overheads_from)
     workload_id = None if pd.isna(info.get("workload_id")) else int(info["workload_id"])
     graph = load_graphs(store, trace_set_id, pick="best", detail=session.detail)[0]
     pred = session.prediction(graph, EmbeddingStats.from_store(store, workload_id), source_platform=source,
-                              trace_set_id=trace_set_id, threads=run_threads(store, run_id), measured_us=measured,
-                              workload_run_id=run_id)
-    pred.warnings = [n for n in [thread_mismatch(store, run_id, [(m.name, m.version) for m in pred.models])] if n]
+                              trace_set_id=trace_set_id, threads=_threads(store, trace_set_id, run_id),
+                              measured_us=measured, workload_run_id=run_id, timeline=timeline)
+    used = [(m.name, m.version) for m in pred.models]
+    pred.warnings = [n for n in [thread_mismatch(store, run_id, used) if run_threads(store, run_id) is not None
+                                 else set_thread_mismatch(store, trace_set_id, used)] if n]
     pred.defaults = [n for n in [session.missing_models(), session.missing_overheads()] if n]
     for note in pred.defaults:
         print(f"pmdb: note: {note}", file=sys.stderr)
@@ -124,6 +139,41 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
         print(f"pmdb: warning: {note}", file=sys.stderr)
     pred.elapsed_s = time.perf_counter() - started
     return pred
+
+
+def _threads(store: Store, trace_set_id: int, run_id: str | None) -> int | None:
+    """Intra-op threads per rank of what is predicted: the ground-truth run's, else the trace set's."""
+    return run_threads(store, run_id) or recorded_threads(store, trace_set_id)
+
+
+def _set_truth(store: Store, info: dict[str, Any], target: str, mode: str, run_id: str | None,
+               measured: float | None, workload_run_id: str | None) -> tuple[str | None, float | None, str | None]:
+    """(workload run, measured µs, one line saying which truth): in model mode on the platform the trace set was
+    recorded on, the unprofiled time given at import wins over any workload run but one asked for; a prediction
+    judged against its own trace set says so (the profiled iteration); a workload run's truth needs no line."""
+    given = given_measured_us(store, int(info["trace_set_id"]))
+    if mode == "model" and workload_run_id is None and given is not None and str(info["platform"]) == target:
+        return None, given, f"truth: measured {given / 1000:.1f} ms (given at import)"
+    if run_id is not None or measured is None:
+        return run_id, measured, None
+    hint = "" if given is not None or mode == "replay" else (
+        f"; `pmdb collect trace --trace-set {int(info['trace_set_id'])} --measured-ms X` gives the unprofiled time")
+    return run_id, measured, f"truth: the profiled iteration, {measured / 1000:.1f} ms (slowed by the profiler){hint}"
+
+
+def set_thread_mismatch(store: Store, trace_set_id: int, versions: list[tuple[str, int]]) -> str | None:
+    """One line when kernel models in ``versions`` were measured with another intra-op thread count than the trace
+    set was recorded with; None when they agree or either is unknown."""
+    threads = recorded_threads(store, trace_set_id)
+    if threads is None:
+        return None
+    other = {t: names for t, names in model_threads(store, versions).items() if t != threads}
+    if not other:
+        return None
+    counts = ", ".join(f"{len(names)} at {t} thread{'s' if t != 1 else ''}" for t, names in sorted(other.items()))
+    return (f"trace set {trace_set_id} was recorded with {threads} intra-op thread{'s' if threads != 1 else ''}, but "
+            f"kernel models used here were measured with {counts}: measure with `pmdb collect ops --from-trace-set "
+            f"{trace_set_id}` (it uses {threads}) and refit")
 
 
 def unmarked_note(store: Store, trace_set_id: int) -> str | None:
@@ -146,30 +196,11 @@ def predict_and_store(store: Store, run_id: str, trace_set_id: int | None = None
     return store_prediction(store, run_id, pred), pred
 
 
-def pending_runs(store: Store, platform: str, models: str = "champion", cache_state: str | None = None) -> list[str]:
-    """Completed workload runs of ``platform`` with a recorded (not derived) trace set and no model-mode prediction
-    made with versions that ``models`` still selects and the latest overhead version."""
-    from fitters.load import select_models
+def check_options(store: Store, platform: str, *, mode: str, models: str, cache_state: str | None,
+                  overhead_version: int | None, overheads_from: str | None, **_: Any) -> None:
+    """Refuse bad prediction options (model spec, overhead version, a lender platform) with one line before a run
+    row is made: the session that a model-mode prediction builds checks them (its models load lazily)."""
+    if mode == "model":
+        PredictionSession(store, platform, models=models, cache_state=cache_state,
+                          overhead_version=overhead_version, overheads_from=overheads_from)
 
-    alias, versions = parse_spec(models)
-    state = None if cache_state == BLEND else cache_state
-    current = {(r.name, int(r.version)) for r in select_models(store, platform, alias or "champion",
-                                                                  versions=versions, cache_state=state)}
-    latest = Overheads.latest(store, platform).version
-    runs = store.query("SELECT w.run_id FROM v_workload_runs w WHERE w.platform = ? AND EXISTS "
-                       "(SELECT 1 FROM v_trace_sets t WHERE t.workload_id = w.workload_id AND t.source <> 'derived') "
-                       "ORDER BY w.finished_at",
-                       [platform])["run_id"].tolist()
-    used = store.query("SELECT p.prediction_id, p.workload_run_id, p.overhead_version, m.name, m.version "
-                       "FROM v_predictions p LEFT JOIN prediction_models m USING (prediction_id) "
-                       "WHERE p.mode = 'model' AND p.target_platform = ? AND p.selection_spec = ? "
-                       "AND p.selection_cache_state = ?",
-                       [platform, models, cache_state or "default"])  # a blend is not the cold prediction
-    fresh = set()
-    for (pid, run), group in used.groupby(["prediction_id", "workload_run_id"], dropna=False):
-        versions = {(n, int(v)) for n, v in zip(group["name"], group["version"]) if not pd.isna(n)}
-        same_overheads = group["overhead_version"].iloc[0] == latest or (
-            pd.isna(group["overhead_version"].iloc[0]) and latest is None)
-        if versions and versions <= current and same_overheads:
-            fresh.add(run)
-    return [r for r in runs if r not in fresh]

@@ -13,6 +13,11 @@ Two platforms kinds, one interface:
   its duration from the calling thread's core: it cannot overlap the rank's compute.
 
 All times are µs. The state records every stream interval so that device-active time and overlap can be computed.
+
+:data:`RULES_VERSION` numbers these rules: every prediction stores it (``predictions.rules_version``), and ``pmdb
+predict --all`` makes a prediction made under other rules again. Bump it with any change that moves a predicted
+time (here, or in how the engine applies these rules); ``tests/simulator/test_rules_version.py`` fails when this
+file changes without it.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ from dataclasses import dataclass, field
 from pmdb.errors import PmdbError
 from pmdb.platform import Semantics
 from pmdb.traces.graph import Stream
+
+RULES_VERSION = 1  # 1: sync-host collectives queue without blocking the caller; comm_shares_core charges the core
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

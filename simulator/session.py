@@ -12,6 +12,7 @@ from pmdb.platform import Platform
 from pmdb.store import Store
 from pmdb.traces.graph import TraceGraph
 from pmdb.traces.phases import PHASES
+from simulator import chrome_trace
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, TimedOp, simulate, steady_period
@@ -50,6 +51,7 @@ class Simulated:
     unmodelled: list[dict]        # ops no model priced, with their share of the traced time and of the work
     selection: ModelSelection     # what was selected, with the core rule's outcome
     phases: dict[str, float] = field(default_factory=dict)  # phase -> its ops alone from an idle machine (µs)
+    iteration: chrome_trace.SimulatedIteration | None = None  # every op's place, when asked for (--export-trace)
 
 
 class PredictionSession:
@@ -109,29 +111,37 @@ class PredictionSession:
         """The core rule for a graph of ``world_size`` ranks of ``threads`` intra-op threads each."""
         return comm_shares_core(self.platform, world_size, threads)
 
-    def simulate(self, graph: TraceGraph, embedding: EmbeddingStats, threads: int | None) -> Simulated:
-        """Price every op of ``graph`` with the session's models and run Algorithm 1 over its ranks."""
+    def simulate(self, graph: TraceGraph, embedding: EmbeddingStats, threads: int | None,
+                 timeline: bool = False) -> Simulated:
+        """Price every op of ``graph`` with the session's models and run Algorithm 1 over its ranks (``timeline``:
+        also record where every op went, :attr:`Simulated.iteration`)."""
         timing = ModelTiming(self.models, self.overheads, self.platform.semantics, embedding)
         programs = timing.programs(graph)
         shared = self.shares_core(len(graph.ranks), threads)
         engine = sem_mod.get(self.platform.semantics, comm_shares_core=shared)
-        result = simulate(programs, engine)
+        iteration = None
+        if timeline:
+            iteration = chrome_trace.recorded(graph, programs, engine, "model", timing.priced_by, self.overheads)
+            result = iteration.result
+        else:
+            result = simulate(programs, engine)
         used = [ModelUse(n, v, c) for (n, v), c in sorted(timing.usage.models.items())]
         phases = {phase: simulate(ops, engine).predicted_us
                   for phase, ops in phase_programs(graph, programs).items()}
         return Simulated(result, steady_period(programs, engine, result), used,
                          timing.usage.unmodelled(graph.measured_us, timing.work_us), self.models.selection.sharing_core(shared),
-                         phases)
+                         phases, iteration)
 
     def prediction(self, graph: TraceGraph, embedding: EmbeddingStats, *, source_platform: str,
                    trace_set_id: int = -1, threads: int | None = None, measured_us: float | None = None,
-                   workload_run_id: str | None = None) -> Prediction:
-        """A storable model-mode prediction of ``graph`` (``trace_set_id`` -1 until a derived graph is stored)."""
+                   workload_run_id: str | None = None, timeline: bool = False) -> Prediction:
+        """A storable model-mode prediction of ``graph`` (``trace_set_id`` -1 until a derived graph is stored;
+        ``timeline``: with its recorded iteration, ``Prediction.iteration``)."""
         started = time.perf_counter()
-        run = self.simulate(graph, embedding, threads)
+        run = self.simulate(graph, embedding, threads, timeline)
         return Prediction(trace_set_id=int(trace_set_id), mode="model", source_platform=source_platform,
                           target_platform=self.platform.name, result=run.result, predicted_us=run.predicted_us,
                           iterations=1, measured_us=measured_us, workload_run_id=workload_run_id,
                           models=run.models, overhead_version=self.overheads.version,
                           model_selection=run.selection, unmodelled=run.unmodelled, phases_us=run.phases,
-                          elapsed_s=time.perf_counter() - started)
+                          elapsed_s=time.perf_counter() - started, iteration=run.iteration)

@@ -12,6 +12,7 @@ from pmdb.store import Store
 from pmdb.traces.set_rows import known_ids, trace_set_info
 from simulator.engine import SimResult
 from simulator.model_set import ModelSelection
+from simulator.semantics import RULES_VERSION
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Prediction:
     warnings: list[str] = field(default_factory=list)  # e.g. kernel models fitted at another thread count
     defaults: list[str] = field(default_factory=list)  # documented defaults it priced with (no overhead table, ...)
     phases_us: dict[str, float] = field(default_factory=dict)  # model mode: fw / bw / optimizer ops alone (µs)
+    iteration: Any = None  # the simulated iteration op by op, when recorded (simulator.chrome_trace; not stored)
 
     @property
     def model_set(self) -> str | None:
@@ -83,12 +85,22 @@ def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
             "device_active_us": res.device_active_us,
             "baseline_us": res.baseline_us, "comm_unoverlapped_frac": res.comm_unoverlapped_frac,
             "measured_us": pred.measured_us, "per_rank": pred.per_rank(), "unmodelled": pred.unmodelled,
-            "iterations": pred.iterations, "elapsed_s": pred.elapsed_s,
+            "iterations": pred.iterations, "elapsed_s": pred.elapsed_s, "rules_version": RULES_VERSION,
             **{f"predicted_{phase}_us": us for phase, us in pred.phases_us.items()}}, returning="prediction_id")
         for use in pred.models:
             store.insert_one("prediction_models", {"prediction_id": prediction_id, "name": use.name,
                                                    "version": int(use.version), "ops_predicted": use.ops_predicted})
     return int(prediction_id)
+
+
+def store_derived_trace_set(store: Store, run_id: str, *, parent: int, platform: str, world_size: int,
+                            label: str, workload_id: int | None, derivation: dict[str, Any]) -> int:
+    """A trace set derived from trace set ``parent`` without running it (source 'derived', no trace files): the
+    transformation in ``derivation`` (JSON), the workload it describes or its parent's; returns its id."""
+    return int(store.insert_one("trace_sets", {
+        "run_id": run_id, "platform": platform, "workload_id": workload_id, "label": label,
+        "world_size": int(world_size), "source": "derived", "parent_trace_set_id": int(parent),
+        "derivation": derivation}, returning="trace_set_id"))
 
 
 def trace_set_for_run(store: Store, workload_run_id: str) -> int:
@@ -129,3 +141,17 @@ def ground_truth(store: Store, trace_set_id: int, target_platform: str, mode: st
         if row is not None:
             return row[0], float(row[1])
     return None, own if info["platform"] == target_platform else None
+
+
+def prediction_platform(store: Store, target_platform: str | None, trace_set_id: int | None,
+                        workload_run_id: str | None) -> str:
+    """The platform a prediction runs for: the named target (must exist), else the platform the trace set (or the
+    workload run's trace set) was recorded on. Checks the ids before any run row is made; never detects this machine
+    (a replay of an imported trace needs no torch)."""
+    from pmdb import platform as platforms
+
+    if workload_run_id is not None:
+        trace_set_id = trace_set_for_run(store, workload_run_id)
+    source = str(trace_set_info(store, int(trace_set_id))["platform"])
+    return source if target_platform is None else platforms.load(store, target_platform).name
+

@@ -82,6 +82,7 @@ class ModelTiming:
         self.embedding = embedding or EmbeddingStats()
         self.usage = Usage()
         self._time: dict[int, float] = {}
+        self.priced_by: dict[int, str] = {}  # id(op) -> what priced it: 'name:version', 'roofline', ...
         self._comm: dict[tuple[tuple[str, int], float], float] = {}
 
     @property
@@ -121,11 +122,15 @@ class ModelTiming:
                 for model in used:
                     self.usage.models[(model.name, model.version)] = \
                         self.usage.models.get((model.name, model.version), 0) + len(group)
+                label = "+".join(f"{m.name}:{m.version}" for m in used)
                 for r, t in zip(group, times):
                     self._time[id(r.node)] = float(t)
+                    self.priced_by[id(r.node)] = label
             elif not self.sync_host and key[1] == "bwd" and (scaled := self._scaled_forward(key, frame)) is not None:
+                forward = self.models.kernel(key[0], "fwd", key[2])
                 for r, t in zip(group, scaled):
                     self._time[id(r.node)] = float(t)
+                    self.priced_by[id(r.node)] = f"{forward.name}:{forward.version} scaled-fwd"
                     self.usage.fell_back(r.node.name, "scaled-fwd", r.node.cpu_dur_us, float(t))
             else:
                 times = self._roofline(key[:2], frame)
@@ -134,6 +139,7 @@ class ModelTiming:
                 for r, t in zip(group, times):
                     if not self.sync_host or self.overheads.get(r.node.name, "T5") is None:
                         self._time[id(r.node)] = float(t)
+                        self.priced_by[id(r.node)] = "roofline"
                         self.usage.fell_back(r.node.name, "roofline", r.node.cpu_dur_us, float(t))
 
     def _scaled_forward(self, key: tuple[str, str, str | None], frame: pd.DataFrame) -> np.ndarray | None:
@@ -205,6 +211,7 @@ class ModelTiming:
             self.usage.fell_back(op.name, "trace", traced)
             return traced
         self.usage.models[key] = self.usage.models.get(key, 0) + 1
+        self.priced_by[id(op)] = f"{key[0]}:{key[1]}"
         return self._comm[(key, size)]
 
     def _cpu_program(self, graph: TraceGraph, rank: int, sizes: dict[int, float]) -> list[TimedOp]:

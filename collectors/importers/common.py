@@ -1,18 +1,22 @@
 """What the collective importers share: the parsed form of a result file, the hints a user gives, file-name and
 bandwidth-ratio inference, and the atomic, idempotent import into the store.
 
-An import is all or nothing: every file is parsed before anything is written, a malformed file raises an error
-naming the file and line, and the rows and ``imported_files`` entries of all files go in one transaction. The same
-content (sha256) is never imported twice.
+An import is all or nothing: every file is parsed before anything is written, a malformed file (or one cut short,
+:func:`cut_short`) raises an error naming the file and line, and the platform row (when new), the run, the rows and
+the ``imported_files`` entries of all files go in one transaction. The same content (sha256) is never imported
+twice.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+import duckdb
 
 from collectors.comms.bus import from_reported_size, world_size_from_factor
 from collectors.comms.store_rows import TABLE, make_row, write_atomic
@@ -36,6 +40,53 @@ def import_error(path: Path | str, line: int | None, message: str) -> PmdbError:
     """A one-line error naming the file (and the line, when known)."""
     where = f"{path}:{line}" if line else f"{path}"
     return PmdbError(f"{where}: {message}")
+
+
+# A number cut off mid-way: '216.', '1.5e', '1.5e-', '-', '.'
+_CUT_NUMBER = re.compile(r"[-+]?(?:\d+\.|\d*\.?\d+[eE][-+]?|\.)|[-+]")
+_DECIMAL = re.compile(r"[-+]?\d+(?:\.(\d+))?")
+_ROWS_ABOVE = 50   # rows above the last one whose decimals it is compared with
+
+
+def table_fields(line: str) -> list[str]:
+    """A table line's fields, stripped: comma-separated (CSV) or whitespace-separated (program output)."""
+    if "," in line:
+        return [field.strip() for field in next(csv.reader([line]), [])]
+    return line.split()
+
+
+def cut_short(text: str) -> tuple[int, str] | None:
+    """(line, what is wrong) when a text table was cut while it was written, else None.
+
+    Every writer (csv, pandas, nccl-tests, PARAM) ends a file with a newline; a file that does not end in one was
+    cut when its last line (a row cut inside its last field, its fewer fields are the parsers' own error)
+    ends in a number cut off mid-way ('216.' of '216.36', '1.5e-'), inside a quoted CSV field, or in a number with
+    fewer decimals than the same column in every row above it ('23.7' where the rows above print '%.2f')."""
+    if not text or text.endswith(("\n", "\r")):
+        return None
+    lines = text.splitlines()
+    line, last_line = len(lines), lines[-1]
+    if "," in last_line and text.count('"') % 2:
+        return line, "the file ends inside a quoted field (no newline after the last row): it was cut short"
+    fields = table_fields(last_line)
+    last = fields[-1] if fields else ""
+    if _CUT_NUMBER.fullmatch(last):
+        return line, f"the file ends inside a number ({last!r}, no newline after the last row): it was cut short"
+    number = _DECIMAL.fullmatch(last)
+    if number is None:
+        return None
+    digits = set()
+    rows = 0
+    for above in lines[max(0, line - 1 - _ROWS_ABOVE):line - 1]:
+        cells = table_fields(above)
+        same = _DECIMAL.fullmatch(cells[-1]) if len(cells) == len(fields) else None
+        if same is not None:
+            digits.add(len(same.group(1) or ""))
+            rows += 1
+    if rows >= 2 and len(digits) == 1 and (wanted := digits.pop()) > len(number.group(1) or ""):
+        return line, (f"the file ends in {last!r} without a newline, where the rows above have {wanted} "
+                      f"decimals: it was cut short")
+    return None
 
 
 def normalize_dtype(text: str | None) -> str | None:
@@ -171,6 +222,9 @@ def import_files(store: Store, paths: list[Path], fmt: str, parser: Parser, *, p
             continue
         seen[digest] = path
         parsed = parser(path, text, hints)
+        cut = cut_short(text)
+        if cut is not None:
+            raise import_error(path, *cut)
         if not parsed.rows:
             raise import_error(path, None, f"no {fmt} result rows found")
         parsed.sha256, parsed.size_bytes = digest, len(data)
@@ -187,21 +241,26 @@ def import_files(store: Store, paths: list[Path], fmt: str, parser: Parser, *, p
             new.append(parsed)
     if not new:
         return ImportReport(None, [], skipped)
-    platforms.ensure_named(store, platform, device_kind=device_kind, topology=topology)
     args = {"files": [str(p) for p in paths], "format": fmt, "topology": topology,
             "world_size": hints.world_size, "collective": hints.collective, "device_kind": device_kind}
-    with store.run("import-comms", platform, args) as run:
-        rows, files = [], []
-        for parsed in new:
-            rows.extend(_rows(parsed, run.run_id, platform))
-            files.append({"sha256": parsed.sha256, "run_id": run.run_id, "path": str(parsed.path),
-                          "format": fmt, "platform": platform, "size_bytes": parsed.size_bytes})
-        with store.transaction():  # leftovers of imports whose run never completed block nothing
+    try:
+        with store.transaction():  # the platform (when new), the run and its rows: all or nothing
+            platforms.ensure_named(store, platform, device_kind=device_kind, topology=topology)
+            run = store.start_run("import-comms", platform, args)
+            rows, files = [], []
+            for parsed in new:
+                rows.extend(_rows(parsed, run.run_id, platform))
+                files.append({"sha256": parsed.sha256, "run_id": run.run_id, "path": str(parsed.path),
+                              "format": fmt, "platform": platform, "size_bytes": parsed.size_bytes})
+            # leftovers of imports whose run never completed block nothing
             store.conn.execute("DELETE FROM imported_files WHERE sha256 IN (SELECT unnest(?::VARCHAR[])) AND run_id "
                                "NOT IN (SELECT run_id FROM collection_runs WHERE status = 'completed')",
                                [[p.sha256 for p in new]])
-        write_atomic(store, [("imported_files", files), (TABLE, rows)])
-        run.summary = {"files": len(new), "rows": len(rows), "skipped": len(skipped)}
+            write_atomic(store, [("imported_files", files), (TABLE, rows)])   # joins this transaction
+            run.summary = {"files": len(new), "rows": len(rows), "skipped": len(skipped)}
+            run.finish("completed")
+    except duckdb.Error as exc:
+        raise PmdbError(f"storing the import failed, nothing was stored: {str(exc).splitlines()[0]}") from None
     imported = [(p.path, len(p.rows), ",".join(sorted({r.collective for r in p.rows})), p.world_size) for p in new]
     return ImportReport(run.run_id, imported, skipped)
 

@@ -46,6 +46,7 @@ NEUSIGHT_REPETITIONS, NEUSIGHT_AVERAGED = 25, 5   # measure_e2e: `active` repeti
 _NAME = re.compile(r"^(?P<model>.+)-(?P<mode>[A-Za-z]+)-(?P<seq>\d+)-(?P<batch>\d+)\.json$")
 FIELDS = ("fw_latency", "bwall_latency", "e2e_latency")  # ms
 E2E_TOLERANCE = 1e-3   # relative: e2e_latency must be fw_latency + bwall_latency
+CREATE_HINT = "register the GPU with `pmdb platform-specs`, or pass --create-platform to create it"
 
 
 @dataclass
@@ -176,9 +177,7 @@ def check_platform(store: Store, name: str, create: bool) -> bool:
     existing = platforms.find(store, name)
     if existing is None:
         if not create:
-            raise PmdbError(f"unknown platform {name!r} (known: {', '.join(platforms.known_names(store)) or 'none'}): "
-                            f"register the GPU with `pmdb platform-specs`, or pass --create-platform to create it as "
-                            f"an imported cuda platform")
+            raise platforms.UnknownPlatform(name, platforms.known_names(store), CREATE_HINT)
         return True
     if not existing.is_imported:
         raise PmdbError(f"platform {name!r} is this machine (detected, not imported); steps measured elsewhere go to "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,12 +69,16 @@ def _layout(path: Path, line: int, names: list[str], default_unit: str = "us") -
 
 
 def _value(path: Path, line: int, text: str, what: str) -> float | None:
+    """A finite, non-negative number; None for nccl-tests' 'N/A'. Anything else is an error naming the line."""
     if text.strip().upper() == "N/A":
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise import_error(path, line, f"{what} is {text!r}, not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise import_error(path, line, f"{what} is {text!r}: must be a non-negative number")
+    return value
 
 
 def _rows_of(path: Path, line: int, values: list[str], layout: _Layout, collective: str) -> list[ParsedRow]:
@@ -82,6 +87,10 @@ def _rows_of(path: Path, line: int, values: list[str], layout: _Layout, collecti
     size = _value(path, line, values[layout.shared["size"]], "size")
     if size is None or size != int(size) or size < 1:
         raise import_error(path, line, f"size {values[layout.shared['size']]!r} is not a positive whole number")
+    if "count" in layout.shared:
+        count = _value(path, line, values[layout.shared["count"]], "count")
+        if count is not None and count != int(count):
+            raise import_error(path, line, f"count {values[layout.shared['count']]!r} is not a whole number")
     dtype = normalize_dtype(values[layout.shared["type"]]) if "type" in layout.shared else None
     rows = []
     for number, group in enumerate(layout.groups):

@@ -2,11 +2,12 @@
 remembers line numbers, column-wise checks that report the earliest bad line, the JSON text of params and kernels,
 and the atomic, idempotent import into ``op_measurements`` of a named platform.
 
-An import is all or nothing: every file is parsed before anything is written; a bad line raises ONE error naming the
-file and line; the platform row (when new), the ``import-ops`` run, the rows and the ``imported_files`` entries of
-all new files go in one transaction. The same content (sha256 of the file's bytes) is never imported twice. Rows of a
-cuda platform are GPU timings (cache state ``device``: CUDA events or the source's own timer); the source's central
-value becomes ``median_us`` (µs).
+An import is all or nothing: every file is parsed before anything is written; a bad line (or a last row cut short,
+:func:`collectors.importers.common.cut_short`) raises ONE error naming the file and line; the platform row (when
+new), the ``import-ops`` run, the rows and the ``imported_files`` entries of all new files go in one transaction.
+The same content (sha256 of the file's bytes) is never imported twice. Rows of a cuda platform are GPU timings
+(cache state ``device``: CUDA events or the source's own timer); the source's central value becomes ``median_us``
+(µs).
 
 Parsers work on whole columns (pandas/numpy), not row by row: a NeuSight GPU folder (~50k rows) parses and stores in
 about a second.
@@ -27,7 +28,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from collectors.importers.common import import_error
+from collectors.importers.common import cut_short, import_error
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Store
@@ -165,6 +166,9 @@ def _csv_table(path: Path, text: str) -> Table:
         problems.append((index, f"{len(records[index])} fields but the header has {width} columns "
                                 f"(a truncated or broken line)"))
         records[index] = (records[index] + [""] * width)[:width]
+    cut = cut_short(text)
+    if cut is not None and records:
+        problems.append((len(records) - 1, cut[1]))
     frame = pd.DataFrame(records, columns=header, dtype=object) if records else \
         pd.DataFrame({c: pd.Series([], dtype=object) for c in header})
 

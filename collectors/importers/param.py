@@ -12,6 +12,7 @@ latencies are not one collective's.
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def _number(path: Path, line: int, text: str, name: str) -> float:
         value = float(text)
     except ValueError:
         raise import_error(path, line, f"{name} is {text!r}, not a number") from None
-    if value < 0 or value != value:
+    if not math.isfinite(value) or value < 0:
         raise import_error(path, line, f"{name} is {text!r}: must be a non-negative number")
     return value
 

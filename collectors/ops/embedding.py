@@ -40,6 +40,8 @@ class Ranges(NamedTuple):
     bound_us: float
     max_table_bytes: float
     min_table_bytes: float = 0.0
+    heavy_share: float = 0.5          # share of tables drawn heavy (pooling above HEAVY_POOLING)
+    max_memory_bytes: float = float("inf")  # bound on the config's estimated memory (tables, state, batch buffers)
 
 
 _RANGES = {
@@ -51,11 +53,17 @@ _RANGES = {
                   4_000.0, 1 * 2 ** 30, 64 * 2 ** 20),
     "large": Ranges((1024, 2048, 4096, 8192), (4, 32), (100_000, 10_000_000), (32, 64, 128, 256), (1.0, 200.0),
                     400_000.0, 8 * 2 ** 30),
+    # one rank's share of the sharding study's heavy tasks (`pmdb shard --study`: 18-31 heavy tables of 64-dim rows,
+    # E capped at 100k, ~10-16 tables and 250-400 MB per rank at world size 2, B 512: 1.2e7-4.2e7 lookups per
+    # batch), beyond the 'big' stratum's lookup bound (its configs stop at ~9e6): every table heavy, many of them
+    "heavy": Ranges((256, 512, 1024), (8, 20), (20_000, 1_000_000), (32, 64, 128), (20.0, 150.0),
+                    40_000.0, 1 * 2 ** 30, 64 * 2 ** 20, heavy_share=1.0, max_memory_bytes=2.5 * 2 ** 30),
 }
 # the default sweep: DEFAULT_COUNT configs of the 'default' stratum (unchanged, so stores measured before keep
-# them) plus BIG_COUNT of the 'big' one, each stratum from its own fixed seed
+# them) plus BIG_COUNT of the 'big' one and HEAVY_COUNT of the 'heavy' one, each stratum from its own fixed seed
 BIG_COUNT = 40
-_SEEDS = {"default": 20240, "large": 20241, "big": 20242}
+HEAVY_COUNT = 16
+_SEEDS = {"default": 20240, "large": 20241, "big": 20242, "heavy": 20243}
 
 
 def default_sources() -> list[str]:
@@ -88,7 +96,7 @@ def _draw(rng: np.random.Generator, ranges: Ranges, sources: list[str], seed: in
           ) -> dict[str, Any]:
     (t_lo, t_hi), (e_lo, e_hi), (l_lo, l_hi) = ranges.tables, ranges.rows, ranges.pooling
     tables = int(rng.integers(t_lo, t_hi + 1))
-    heavy = rng.random(tables) < 0.5
+    heavy = rng.random(tables) < ranges.heavy_share
     light_l = np.exp(rng.uniform(np.log(l_lo), np.log(HEAVY_POOLING), tables))
     heavy_l = np.exp(rng.uniform(np.log(HEAVY_POOLING), np.log(l_hi), tables))
     return {"B": int(rng.choice(ranges.batch)),
@@ -105,7 +113,7 @@ def table_bytes(c: dict[str, Any]) -> float:
 
 
 def _fits(spec: OpSpec, c: dict[str, Any], ranges: Ranges) -> bool:
-    return (spec.estimate_us(c) <= ranges.bound_us
+    return (spec.estimate_us(c) <= ranges.bound_us and spec.memory(c) <= ranges.max_memory_bytes
             and ranges.min_table_bytes <= table_bytes(c) <= ranges.max_table_bytes)
 
 
@@ -123,7 +131,8 @@ def _stratum(spec: OpSpec, which: str, count: int, rng: np.random.Generator, sou
 
 def make_configs(spec: OpSpec, sweep: str, rng: np.random.Generator, sample: int, *,
                  sources: list[str] | None = None, optimizer: str = "exact_sgd") -> list[dict[str, Any]]:
-    """Embedding configs: 'default' (the default stratum plus BIG_COUNT configs with tables above the cache),
+    """Embedding configs: 'default' (the default stratum plus BIG_COUNT configs with tables above the cache and
+    HEAVY_COUNT with many heavy tables above it),
     'quick' and 'large' draw from fixed seeds (the same configs every time, so a sweep resumes), 'random' from
     ``rng`` within the large ranges."""
     sources = sources or default_sources()
@@ -133,7 +142,8 @@ def make_configs(spec: OpSpec, sweep: str, rng: np.random.Generator, sample: int
     count = {"default": DEFAULT_COUNT, "quick": QUICK_COUNT, "large": LARGE_COUNT}[sweep]
     out = _stratum(spec, which, count, np.random.default_rng(_SEEDS[which]), sources, optimizer)
     if sweep == "default":
-        out += _stratum(spec, "big", BIG_COUNT, np.random.default_rng(_SEEDS["big"]), sources, optimizer)
+        for extra, extra_count in (("big", BIG_COUNT), ("heavy", HEAVY_COUNT)):
+            out += _stratum(spec, extra, extra_count, np.random.default_rng(_SEEDS[extra]), sources, optimizer)
     return out
 
 

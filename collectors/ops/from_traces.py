@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from collectors.ops import catalogue
 from collectors.ops.catalogue import OpSpec, canonical
+from collectors.workloads.graph_only import KIND as GRAPH_KIND
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
@@ -49,7 +50,8 @@ class TracedShapes:
 
 def select_trace_sets(store: Store, platform: str, run_id: str | None = None,
                       trace_set_id: int | None = None) -> list[int]:
-    """Completed trace sets to read: the platform's captured ones by default; ``run_id`` / ``trace_set_id``
+    """Completed trace sets to read: the platform's captured ones by default (not shape-only captures, made to
+    predict another platform); ``run_id`` / ``trace_set_id``
     restrict to the sets that run wrote / that one set (any platform or source: only shapes are used)."""
     where, params = ["r.status = 'completed'"], []
     if trace_set_id is not None:
@@ -58,8 +60,8 @@ def select_trace_sets(store: Store, platform: str, run_id: str | None = None,
     if run_id is not None:
         where.append("s.run_id = ?")
         params.append(run_id)
-    if trace_set_id is None and run_id is None:
-        where += ["s.platform = ?", "s.source = 'captured'"]
+    if trace_set_id is None and run_id is None:  # shape-only captures (`--graph-only`) are for other platforms
+        where += ["s.platform = ?", "s.source = 'captured'", f"r.kind <> '{GRAPH_KIND}'"]
         params.append(platform)
     ids = store.query(f"SELECT s.trace_set_id FROM trace_sets s JOIN collection_runs r USING (run_id) "
                       f"WHERE {' AND '.join(where)} ORDER BY s.trace_set_id", params)["trace_set_id"].tolist()

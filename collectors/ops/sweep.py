@@ -4,8 +4,9 @@ For every op (and implementation) the configs of the chosen sweep are planned; c
 platform in a completed run (same config_key and cache state) are skipped unless ``force``. Configs measured by an
 interrupted or failed ops run are adopted: their rows move into the new run (one transaction, so they count once,
 when it completes) and are skipped too; the run's summary names the runs it resumed. Each remaining config
-is built once and timed per pass and cache state; rows go to the store in batches as the sweep runs. A config over
-the memory cap, or one that runs out of memory, is stored as skipped with its reason and the sweep goes on.
+is built once and timed per pass and cache state (a pass's warm and cold repetitions alternated); rows go to the
+store in batches as the sweep runs. A config over the memory cap, or one that runs out of memory, is stored as
+skipped with its reason and the sweep goes on.
 Instead of a sweep, ``SweepOptions.targets`` (``--from-traces``) gives the configs, passes and implementations.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collectors.ops import catalogue
 from collectors.ops.kernels import kernel_breakdown
 from collectors.ops.catalogue import BuildContext, OpSpec, canonical, thin
 from collectors.ops.summary import SweepSummary
-from collectors.ops.timer import CacheFlusher, TimerSettings, measure, timing_environment
+from collectors.ops.timer import CacheFlusher, TimerSettings, measure, time_cpu_both, timing_environment
 from collectors.ops.writer import BatchWriter
 from collectors.workloads.allocator import apply_in_process
 from pmdb import platform as platforms
@@ -284,16 +285,23 @@ class Sweep:
             while todo:
                 pass_, cache = todo[0]
                 fn = built.fwd if pass_ == "fwd" else built.bwd
-                timing = measure(fn, cache, self.options.settings, self.device, self.flusher,
-                                 0 if pass_ in warmed else None)
+                warmup = 0 if pass_ in warmed else None
+                if cache == "warm" and (pass_, "cold") in todo and self.flusher is not None:
+                    # both states of a pass: repetitions alternated (collectors.ops.timer.time_cpu_both)
+                    timings = dict(zip(("warm", "cold"), time_cpu_both(fn, self.options.settings, self.flusher,
+                                                                        warmup)))
+                else:
+                    timings = {cache: measure(fn, cache, self.options.settings, self.device, self.flusher, warmup)}
                 warmed.add(pass_)
-                kernels = kernel_breakdown(fn, self.device) if self.options.kernels else None
-                self.writer.add({**self._base_row(item, pass_, cache, built.params), "median_us": timing.median_us,
-                                 "mean_us": timing.mean_us, "std_us": timing.std_us, "min_us": timing.min_us,
-                                 "repetitions": timing.repetitions, "warmup": timing.warmup, "kernels": kernels},
-                                built.stats)
-                self.summary.measured(item.spec.name, item.implementation, pass_, cache, timing)
-                todo.pop(0)
+                for cache, timing in timings.items():
+                    kernels = kernel_breakdown(fn, self.device) if self.options.kernels else None
+                    self.writer.add({**self._base_row(item, pass_, cache, built.params),
+                                     "median_us": timing.median_us, "mean_us": timing.mean_us,
+                                     "std_us": timing.std_us, "min_us": timing.min_us,
+                                     "repetitions": timing.repetitions, "warmup": timing.warmup, "kernels": kernels},
+                                    built.stats)
+                    self.summary.measured(item.spec.name, item.implementation, pass_, cache, timing)
+                    todo.remove((pass_, cache))
         except StoreWriteError:
             raise  # a batch that cannot be written fails the run: never a skipped config with rows missing
         except Exception as exc:  # noqa: BLE001 - one bad config must not end a long sweep; it is recorded

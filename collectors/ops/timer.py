@@ -32,7 +32,10 @@ class TimerSettings:
 
     At least 5 repetitions in either cache state, so that one preemption by a noisy neighbour (this is a shared VM:
     7% steal time when idle) cannot become the median; with 3 cold repetitions 8-10% of stored medians were more
-    than twice their fastest repetition."""
+    than twice their fastest repetition. Adaptive on top: while the repetitions are spread (their median above
+    ``spread_limit`` x their fastest and more than ``spread_floor_us`` slower: a scheduler slice, not jitter),
+    repetitions are added up to the state's ``max_reps`` or ``spread_max_time_us`` of timed calls, so that
+    preempted repetitions cannot become the median even when several are."""
 
     warmup: int = 1
     min_reps: int = 5
@@ -42,9 +45,43 @@ class TimerSettings:
     cold_max_reps: int = 9
     cold_min_time_us: float = 3_000.0
     flush_bytes: int = DEFAULT_FLUSH_BYTES
+    spread_limit: float = 1.5
+    spread_floor_us: float = 100.0
+    spread_max_time_us: float = 1_000_000.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def policy(self, cold: bool) -> "Policy":
+        """The stopping rule of one cache state (cold: flushed before every repetition)."""
+        reps = (self.cold_min_reps, self.cold_max_reps, self.cold_min_time_us) if cold else \
+            (self.min_reps, self.max_reps, self.min_time_us)
+        return Policy(*reps, self.spread_limit, self.spread_floor_us, self.spread_max_time_us)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """When one cache state has enough repetitions (see :class:`TimerSettings`); times µs."""
+
+    min_reps: int
+    max_reps: int
+    min_time_us: float
+    spread_limit: float = float("inf")
+    spread_floor_us: float = 0.0
+    spread_max_time_us: float = 0.0
+
+    def spread(self, samples: list[float]) -> bool:
+        """Whether the median repetition looks preempted: well above the fastest, by more than jitter."""
+        fastest, median = min(samples), float(np.median(samples))
+        return median > self.spread_limit * fastest and median - fastest > self.spread_floor_us
+
+    def done(self, samples: list[float], total_us: float) -> bool:
+        count = len(samples)
+        if count >= self.max_reps:
+            return True
+        if count < max(self.min_reps, 1) or total_us < self.min_time_us:
+            return False
+        return total_us >= self.spread_max_time_us or not self.spread(samples)
 
 
 @dataclass(frozen=True)
@@ -94,8 +131,18 @@ class CacheFlusher:
         torch.autograd.grad(out, (self._vec,))
 
 
-def _enough(count: int, total_us: float, min_reps: int, max_reps: int, min_time_us: float) -> bool:
-    return count >= max_reps or (count >= min_reps and total_us >= min_time_us)
+def _timed(fn: Callable[[], Any]) -> float:
+    """µs of one call, the release of what it returned included (see the module docstring)."""
+    start = time.perf_counter_ns()
+    out = fn()
+    del out
+    return (time.perf_counter_ns() - start) / 1e3
+
+
+def _warm_up(fn: Callable[[], Any], count: int) -> None:
+    for _ in range(count):
+        out = fn()
+        del out
 
 
 def time_cpu(fn: Callable[[], Any], settings: TimerSettings, flusher: CacheFlusher | None = None,
@@ -103,25 +150,34 @@ def time_cpu(fn: Callable[[], Any], settings: TimerSettings, flusher: CacheFlush
     """Time ``fn`` on the host; cold when a ``flusher`` is given (flushed before every repetition). ``warmup``
     overrides the settings' count (0 when the same callable was just timed in another cache state)."""
     warmup = settings.warmup if warmup is None else warmup
-    for _ in range(warmup):
-        out = fn()
-        del out
+    _warm_up(fn, warmup)
     cold = flusher is not None
-    min_reps, max_reps, min_time = ((settings.cold_min_reps, settings.cold_max_reps, settings.cold_min_time_us)
-                                    if cold else (settings.min_reps, settings.max_reps, settings.min_time_us))
+    policy = settings.policy(cold)
     samples: list[float] = []
-    total = 0.0
-    clock = time.perf_counter_ns
-    while not _enough(len(samples), total, min_reps, max_reps, min_time):
+    while not policy.done(samples, sum(samples)):
         if cold:
             flusher.flush()
-        start = clock()
-        out = fn()
-        del out  # released inside the timed span: see the module docstring
-        elapsed = (clock() - start) / 1e3
-        samples.append(elapsed)
-        total += elapsed
+        samples.append(_timed(fn))
     return Timing.from_samples(samples, warmup)
+
+
+def time_cpu_both(fn: Callable[[], Any], settings: TimerSettings, flusher: CacheFlusher,
+                  warmup: int | None = None) -> tuple[Timing, Timing]:
+    """(warm, cold) timings of ``fn`` with their repetitions alternated: flush, a cold call, a warm call (its
+    operands are cached by the cold call just made), and again, until one state has enough; the other then goes on
+    alone. A noisy neighbour's burst then slows both states alike instead of one of them."""
+    warmup = settings.warmup if warmup is None else warmup
+    _warm_up(fn, warmup)
+    warm_policy, cold_policy = settings.policy(False), settings.policy(True)
+    warm: list[float] = []
+    cold: list[float] = []
+    while not (warm_policy.done(warm, sum(warm)) and cold_policy.done(cold, sum(cold))):
+        if not cold_policy.done(cold, sum(cold)):
+            flusher.flush()
+            cold.append(_timed(fn))
+        if not warm_policy.done(warm, sum(warm)):
+            warm.append(_timed(fn))
+    return Timing.from_samples(warm, warmup), Timing.from_samples(cold, 0)
 
 
 def time_cuda(fn: Callable[[], Any], settings: TimerSettings, device: torch.device) -> Timing:
@@ -131,16 +187,14 @@ def time_cuda(fn: Callable[[], Any], settings: TimerSettings, device: torch.devi
             fn()
         torch.cuda.synchronize(device)
         samples: list[float] = []
-        total = 0.0
-        while not _enough(len(samples), total, settings.min_reps, settings.max_reps, settings.min_time_us):
+        policy = settings.policy(False)
+        while not policy.done(samples, sum(samples)):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
             end.synchronize()
-            elapsed = start.elapsed_time(end) * 1e3  # ms -> µs
-            samples.append(elapsed)
-            total += elapsed
+            samples.append(start.elapsed_time(end) * 1e3)  # ms -> µs
     return Timing.from_samples(samples, settings.warmup)
 
 

@@ -2,6 +2,7 @@
 workspace's ``artifacts/traces/<sha256>.json.gz`` (sha256 of the uncompressed content)."""
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -15,6 +16,10 @@ from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+class ArtifactWriteError(OSError):
+    """A trace file could not be written under the workspace (disk full, I/O error); the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -64,9 +69,14 @@ def store_artifact(workspace: Workspace, trace: TraceFile) -> str:
     relative = Path("artifacts") / "traces" / f"{trace.sha256}.json.gz"
     target = workspace.home / relative
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".tmp{os.getpid()}")
-        with gzip.open(tmp, "wb", compresslevel=6) as fh:
-            fh.write(trace.raw)
-        tmp.replace(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as fh:
+                fh.write(trace.raw)
+            tmp.replace(target)
+        except OSError as exc:  # a full disk: one error, not the chain gzip's close raises on top of it
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise ArtifactWriteError(exc.errno, f"{target}: {exc.strerror or exc}") from None
     return str(relative)

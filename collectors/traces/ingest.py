@@ -6,15 +6,18 @@ iterations -> ``trace_iterations``; ET nodes -> ``trace_ops`` (op_id = node id) 
 category and parent of their linked Kineto op (see :mod:`collectors.traces.link`). The Kineto rows keep their own
 timing: they are what overheads are extracted from. ``trace_sets.measured_us`` is the median over the trace's
 complete iterations of the iteration's time over all ranks, from the last rank's entry to the last rank's exit
-(the trace's own, profiled, ground truth).
+(the trace's own, profiled, ground truth); ``trace_sets.threads`` and ``given_measured_us`` are what the caller
+knows beyond the files (the recording's intra-op threads, its unprofiled iteration time).
 
-Every file of a call is parsed before anything is written, so a malformed file leaves the store untouched.
+Every file of a call is parsed before anything is written, so a malformed file leaves the store untouched, and the
+rows of a call are written in one transaction: a write that fails (a full disk) leaves nothing of it behind.
 """
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 from tqdm import tqdm
@@ -42,11 +45,14 @@ class RankTraces:
     rank: int
     kineto: Path | None          # Kineto JSON (.json or .json.gz)
     et: Path | None              # execution trace JSON (.json or .json.gz)
-    profiled_with: str = "kineto"  # what was recording during the Kineto pass: 'kineto' or 'kineto+et'
+    profiled_with: str | None = "kineto"  # what was recording during the Kineto pass: 'kineto' or 'kineto+et';
+    # None: found out (kineto+et when the ET links to the Kineto trace by record-function id from the same process)
 
 
 @dataclass
-class _Parsed:
+class ParsedRank:
+    """One rank's files read and parsed (nothing written yet); ``profiled_with`` is settled."""
+
     spec: RankTraces
     kineto_file: TraceFile | None
     kineto: KinetoTrace | None
@@ -57,15 +63,15 @@ class _Parsed:
     kineto_twins: pd.Series | None = None
 
 
-def _parse(spec: RankTraces) -> _Parsed:
+def _parse(spec: RankTraces) -> ParsedRank:
     if spec.kineto is None and spec.et is None:
         raise PmdbError(f"rank {spec.rank}: give a Kineto trace, an execution trace or both")
-    if spec.profiled_with not in PROFILED_WITH:
+    if spec.profiled_with is not None and spec.profiled_with not in PROFILED_WITH:
         raise PmdbError(f"rank {spec.rank}: bad profiled_with {spec.profiled_with!r}: use {' or '.join(PROFILED_WITH)}")
     kfile = read_trace_file(spec.kineto) if spec.kineto is not None else None
     efile = read_trace_file(spec.et) if spec.et is not None else None
-    parsed = _Parsed(spec, kfile, parse_kineto(kfile.doc, str(kfile.path)) if kfile else None,
-                     efile, parse_et(efile.doc, str(efile.path)) if efile else None)
+    parsed = ParsedRank(spec, kfile, parse_kineto(kfile.doc, str(kfile.path)) if kfile else None,
+                        efile, parse_et(efile.doc, str(efile.path)) if efile else None)
     if parsed.et is not None:
         if parsed.kineto is not None:
             parsed.link = link(parsed.et.nodes, parsed.kineto.ops, parsed.kineto.iterations)
@@ -73,10 +79,27 @@ def _parse(spec: RankTraces) -> _Parsed:
         else:
             parsed.et_rows = parsed.et.nodes.assign(linked_op_id=pd.NA, start_us=float("nan"),
                                                     dur_us=float("nan"), thread=pd.NA)
+    if spec.profiled_with is None:
+        spec.profiled_with = "kineto+et" if joint_pass(parsed) else "kineto"
     return parsed
 
 
-def _parse_all(ranks: list[RankTraces]) -> list[_Parsed]:
+def joint_pass(parsed: ParsedRank) -> bool:
+    """Whether the rank's ET was recorded in the same pass as its Kineto trace: the same process, and linked by
+    record-function id (ids count up in a process, so separate passes of one process never share them)."""
+    if parsed.link is None or parsed.link.method != "rf_id" or parsed.et.pid is None:
+        return False
+    return int(parsed.et.pid) in set(parsed.kineto.ops["process"].dropna().astype(int))
+
+
+def parse_ranks(ranks: Sequence[RankTraces | ParsedRank]) -> list[ParsedRank]:
+    """Every rank's files read and parsed (ranks already parsed are kept); nothing is written."""
+    if ranks and all(isinstance(r, ParsedRank) for r in ranks):
+        return list(ranks)  # type: ignore[arg-type]
+    return _parse_all([r.spec if isinstance(r, ParsedRank) else r for r in ranks])
+
+
+def _parse_all(ranks: list[RankTraces]) -> list[ParsedRank]:
     if not ranks:
         raise PmdbError("a trace set needs at least one rank")
     numbers = [r.rank for r in ranks]
@@ -87,24 +110,31 @@ def _parse_all(ranks: list[RankTraces]) -> list[_Parsed]:
     return [_parse(spec) for spec in tqdm(ranks, desc="parsing traces", unit="rank", disable=None)]
 
 
-def ingest_trace_set(store: Store, run_id: str, platform: str, ranks: list[RankTraces], *,
-                     label: str | None = None, workload_id: int | None = None, source: str = "captured") -> int:
-    """Store the traces of ``ranks`` as a new trace set of ``platform`` written by run ``run_id``; returns its id."""
+def ingest_trace_set(store: Store, run_id: str, platform: str, ranks: Sequence[RankTraces | ParsedRank], *,
+                     label: str | None = None, workload_id: int | None = None, source: str = "captured",
+                     threads: int | None = None, given_measured_us: float | None = None) -> int:
+    """Store the traces of ``ranks`` as a new trace set of ``platform`` written by run ``run_id``, in one
+    transaction; returns its id. ``threads``: intra-op threads per rank of the recording; ``given_measured_us``: its
+    unprofiled iteration time (µs)."""
     if source not in SOURCES:
         raise PmdbError(f"bad trace-set source {source!r}: use {', '.join(SOURCES)}")
     platforms.load(store, platform)  # refuses an unknown name
-    parsed = _parse_all(ranks)
-    set_id = store.insert_one("trace_sets", {
-        "run_id": run_id, "platform": platform, "label": label, "workload_id": workload_id,
-        "world_size": _world_size(parsed, 0), "source": source}, returning="trace_set_id")
-    for item in parsed:
-        _store_rank(store, run_id, set_id, item, platform, source)
-    update_measured(store, set_id)
+    parsed = parse_ranks(ranks)
+    with store.transaction():
+        set_id = store.insert_one("trace_sets", {
+            "run_id": run_id, "platform": platform, "label": label, "workload_id": workload_id,
+            "world_size": _world_size(parsed, 0), "source": source, "threads": threads,
+            "given_measured_us": given_measured_us}, returning="trace_set_id")
+        for item in parsed:
+            _store_rank(store, run_id, set_id, item, platform, source)
+        update_measured(store, set_id)
     return int(set_id)
 
 
-def add_ranks(store: Store, run_id: str, trace_set_id: int, ranks: list[RankTraces]) -> None:
-    """Add ranks to an existing trace set (their rows belong to run ``run_id``)."""
+def add_ranks(store: Store, run_id: str, trace_set_id: int, ranks: Sequence[RankTraces | ParsedRank], *,
+              threads: int | None = None, given_measured_us: float | None = None) -> None:
+    """Add ranks to an existing trace set (their rows belong to run ``run_id``), in one transaction; ``threads`` and
+    ``given_measured_us`` replace the set's when given."""
     row = store.query("SELECT s.platform, s.source, s.world_size, r.status FROM trace_sets s "
                       "JOIN collection_runs r USING (run_id) WHERE s.trace_set_id = ?", [trace_set_id])
     if row.empty:
@@ -113,33 +143,49 @@ def add_ranks(store: Store, run_id: str, trace_set_id: int, ranks: list[RankTrac
         raise PmdbError(f"trace set {trace_set_id} belongs to a run that is {row.at[0, 'status']}, not completed")
     held = set(store.query("SELECT DISTINCT t.rank FROM traces t JOIN collection_runs r USING (run_id) "
                            "WHERE t.trace_set_id = ? AND r.status = 'completed'", [trace_set_id])["rank"])
-    clash = sorted(held & {r.rank for r in ranks})
+    clash = sorted(held & {(r.spec if isinstance(r, ParsedRank) else r).rank for r in ranks})
     if clash:
         raise PmdbError(f"trace set {trace_set_id} already holds rank(s) {clash}")
-    parsed = _parse_all(ranks)
+    parsed = parse_ranks(ranks)
     platform, source = row.at[0, "platform"], row.at[0, "source"]
-    for item in parsed:
-        _store_rank(store, run_id, trace_set_id, item, platform, source)
-    store.conn.execute("UPDATE trace_sets SET world_size = ? WHERE trace_set_id = ?",
-                       [max(int(row.at[0, "world_size"]), _world_size(parsed, max(held, default=-1) + 1)),
-                        trace_set_id])
-    update_measured(store, trace_set_id)
+    with store.transaction():
+        for item in parsed:
+            _store_rank(store, run_id, trace_set_id, item, platform, source)
+        store.conn.execute("UPDATE trace_sets SET world_size = ?, threads = coalesce(?, threads), "
+                           "given_measured_us = coalesce(?, given_measured_us) WHERE trace_set_id = ?",
+                           [max(int(row.at[0, "world_size"]), _world_size(parsed, max(held, default=-1) + 1)),
+                            threads, given_measured_us, trace_set_id])
+        update_measured(store, trace_set_id)
 
 
-def _world_size(parsed: list[_Parsed], floor: int) -> int:
+def _world_size(parsed: list[ParsedRank], floor: int) -> int:
     sizes = [floor] + [p.spec.rank + 1 for p in parsed]
     sizes += [p.kineto.world_size for p in parsed if p.kineto is not None and p.kineto.world_size]
     return max(sizes)
 
 
+def check_not_imported(store: Store, parsed: Sequence[ParsedRank]) -> None:
+    """Refuse files whose content a completed import already stored (before anything, a platform too, is
+    written)."""
+    for item in parsed:
+        for trace in (item.kineto_file, item.et_file):
+            if trace is not None:
+                _refuse_imported(store, trace, None)
+
+
+def _refuse_imported(store: Store, trace: TraceFile, run_id: str | None) -> pd.DataFrame:
+    held = store.query("SELECT f.path, f.run_id, r.status FROM imported_files f JOIN collection_runs r "
+                       "USING (run_id) WHERE f.sha256 = ?", [trace.sha256])
+    if not held.empty and (held.at[0, "status"] == "completed" or held.at[0, "run_id"] == run_id):
+        raise PmdbError(f"{trace.path}: this content was already imported "
+                        f"(from {held.at[0, 'path']}, sha256 {trace.sha256[:12]})")
+    return held
+
+
 def _register_file(store: Store, run_id: str, trace: TraceFile, fmt: str, platform: str, source: str) -> str:
     if source == "imported":
-        held = store.query("SELECT f.path, f.run_id, r.status FROM imported_files f JOIN collection_runs r "
-                           "USING (run_id) WHERE f.sha256 = ?", [trace.sha256])
+        held = _refuse_imported(store, trace, run_id)
         if not held.empty:
-            if held.at[0, "status"] == "completed" or held.at[0, "run_id"] == run_id:
-                raise PmdbError(f"{trace.path}: this content was already imported "
-                                f"(from {held.at[0, 'path']}, sha256 {trace.sha256[:12]})")
             store.conn.execute("DELETE FROM imported_files WHERE sha256 = ?", [trace.sha256])  # a run that died
         store.insert_one("imported_files", {"sha256": trace.sha256, "run_id": run_id, "path": str(trace.path),
                                             "format": fmt, "platform": platform, "size_bytes": trace.size_bytes})
@@ -153,7 +199,7 @@ def _trace_row(store: Store, run_id: str, set_id: int, rank: int, kind: str, tra
         "path": path, "size_bytes": trace.size_bytes, **extra}, returning="trace_id"))
 
 
-def _store_rank(store: Store, run_id: str, set_id: int, item: _Parsed, platform: str, source: str) -> None:
+def _store_rank(store: Store, run_id: str, set_id: int, item: ParsedRank, platform: str, source: str) -> None:
     rank, spec = item.spec.rank, item.spec
     if item.kineto is not None:
         path = _register_file(store, run_id, item.kineto_file, "kineto", platform, source)

@@ -34,6 +34,9 @@ class KinetoTrace:
     rank: int | None = None
     world_size: int | None = None
     ignored: dict[str, int] = field(default_factory=dict)
+    host: str | None = None        # the recording machine's host name (Kineto metadata 'host_name')
+    threads: int | None = None     # intra-op threads of the recording process, when it wrote them as metadata
+    devices: int = 0               # entries of 'deviceProperties' (GPUs the profiler saw)
 
     @property
     def device_kind(self) -> str:
@@ -113,10 +116,17 @@ def parse_kineto(doc: dict, where: str) -> KinetoTrace:
     iteration, iterations = kineto_iterations(ops)
     ops["iteration"] = iteration.astype("Int64")
     dist = doc.get(d["distributed"]) if isinstance(doc.get(d["distributed"]), dict) else {}
+    host = doc.get(d["host"])
+    threads = _int_or_none(doc.get(d["threads"]))
+    if d["threads"] in doc and (threads is None or threads < 1):
+        raise PmdbError(f"{where}: metadata '{d['threads']}' must be a thread count >= 1, "
+                        f"found {doc[d['threads']]!r}")
+    devices = doc.get(d["devices"])
     return KinetoTrace(str(cfg["version"]), ops.drop(columns=["index"]), kernels, iterations,
                        rank=_int_or_none(dist.get(cfg["distributed"]["rank"])),
                        world_size=_int_or_none(dist.get(cfg["distributed"]["world_size"])),
-                       ignored=dict(ignored))
+                       ignored=dict(ignored), host=host if isinstance(host, str) and host else None,
+                       threads=threads, devices=len(devices) if isinstance(devices, list) else 0)
 
 
 def _ops_frame(rows: list[dict[str, Any]], common: Vocabulary) -> pd.DataFrame:

@@ -57,12 +57,12 @@ def comms(ctx: typer.Context,
         typer.echo(f"rank {env.rank}: measured {len(steps)} steps (rank 0 stores them)")
         return
     _, device_kind = sweep_ranks.backend_for_device()
-    if is_oversubscribed(config, device_kind, env):
-        ranks_here = env.local_world_size if env else config.world_size
-        typer.echo(f"warning: {ranks_here} ranks x {threads} threads on {usable_cores()} cores is "
-                   f"oversubscribed: latencies will be erratic (recorded with the run)", err=True)
     with open_store(ctx) as store:
-        name = platforms.resolve(store, platform)
+        name = platforms.resolve(store, platform)  # an unknown --platform is refused before any warning or run
+        if is_oversubscribed(config, device_kind, env):
+            ranks_here = env.local_world_size if env else config.world_size
+            typer.echo(f"warning: {ranks_here} ranks x {threads} threads on {usable_cores()} cores is "
+                       f"oversubscribed: latencies will be erratic (recorded with the run)", err=True)
         outcome = run_sweep(store, config, name, progress=progress, env=env)
     summary = outcome.summary
     typer.echo(f"run {outcome.run_id}: {outcome.steps} steps, {summary['rows']} rows on {name} in "

@@ -8,8 +8,15 @@ from typing import List, Optional
 import pandas as pd
 import typer
 
-from pmdb.cli.common import PlatformOption, open_store, render
+from pmdb import platform as platforms
+from pmdb.cli.common import open_store, render
 from pmdb.errors import PmdbError
+from pmdb.store import Store
+from pmdb.traces.recorded import recorded_threads
+
+_PLATFORM_HELP = ("Name of this machine's platform (default: the detected one, registered on first use); an "
+                  "unknown name is refused unless --create-platform.")
+_NEW_HELP = "Register this machine under the --platform name when no platform has it yet."
 
 
 def _configs(texts: list[str]) -> list[dict] | None:
@@ -31,7 +38,7 @@ def ops(ctx: typer.Context,
                                                          "for embedding lookups)."),
         sweep: str = typer.Option("default", "--sweep", help="default (320 configs per ML-modelled op, about 32 per "
                                   "roofline op; per embedding implementation 320 plus 40 with tables above the "
-                                  "cache, up to 1 GiB), large (big sizes), random "
+                                  "cache, up to 1 GiB, and 16 with 8-20 heavy tables), large (big sizes), random "
                                   "(seeded sample, see --sample) or quick (12 configs per op, for a fast first "
                                   "look, e.g. a quickstart)."),
         sample: Optional[int] = typer.Option(None, "--sample", help="Configs per op for --sweep random "
@@ -42,7 +49,8 @@ def ops(ctx: typer.Context,
                                                        help="Stop cleanly after this many minutes (the run "
                                                             "completes; its summary says stopped: budget)."),
         force: bool = typer.Option(False, "--force", help="Measure configs again even if this platform has them."),
-        platform: Optional[str] = PlatformOption,
+        platform: Optional[str] = typer.Option(None, "--platform", help=_PLATFORM_HELP),
+        new_platform: bool = typer.Option(False, "--create-platform", help=_NEW_HELP),
         kernels: bool = typer.Option(False, "--kernels", help="Also record the per-kernel breakdown from the "
                                                               "profiler (names and µs per call)."),
         memory_cap: Optional[str] = typer.Option(None, "--memory-cap", help="Skip configs estimated to need more "
@@ -52,7 +60,9 @@ def ops(ctx: typer.Context,
                                   "cold (LLC flushed before each repetition) or both. CUDA uses device events."),
         max_configs: Optional[int] = typer.Option(None, "--max-configs", help="At most this many configs per op "
                                                   "(a seeded subset of the sweep)."),
-        threads: int = typer.Option(1, "--threads", help="torch intra-op threads, recorded with every row. "
+        threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads, recorded with every "
+                                              "row; with --from-trace-set, default: the threads the set was "
+                                              "recorded with, when known. "
                                     "Default 1: what each rank of a multi-rank CPU run uses, and steady timings on "
                                     "a shared machine; match a single-process workload's setting with --threads N."),
         config: List[str] = typer.Option([], "--config", help="Measure this config of the single --op (JSON, "
@@ -96,12 +106,29 @@ def ops(ctx: typer.Context,
         ops=list(op) or None, passes=pass_, sweep=sweep, sample=sample or 100, seed=seed,
         budget_s=None if budget_minutes is None else budget_minutes * 60.0, force=force, kernels=kernels,
         memory_cap=parse_bytes(memory_cap) if memory_cap else default_memory_cap(), cache=cache,
-        max_configs=max_configs, threads=threads, sources=sources or None, optimizer=optimizer,
-        lr=lr, configs=_configs(config), targets=[] if from_traces else None)
+        max_configs=max_configs, threads=1 if threads is None else threads, sources=sources or None,
+        optimizer=optimizer, lr=lr, configs=_configs(config), targets=[] if from_traces else None)
     selection = TraceSelection(from_run, from_trace_set) if from_traces else None
     with open_store(ctx) as store:
+        _check(store, platform, new_platform, selection)
+        if threads is None and from_trace_set is not None:  # measure as the trace ran (pmdb.traces.recorded)
+            ran = recorded_threads(store, from_trace_set)
+            options.threads = ran or 1
+            typer.echo(f"measuring with {options.threads} intra-op thread(s): " + (
+                f"trace set {from_trace_set} ran with them" if ran else "its trace set does not say (--threads)"))
         done = run_ops(store, platform, options, selection, peaks=peaks, progress=progress, on_traced=_traced)
     _report(done.summary, done.run_id)
+
+
+def _check(store: Store, platform: Optional[str], new_platform: bool, selection=None) -> None:
+    """Before anything is written: the platform is known (or --create-platform), the --from-run / --from-trace-set
+    ids exist."""
+    if platform is not None:
+        platforms.check_known(store, platform, new=new_platform)
+    if selection is not None and (selection.run_id is not None or selection.trace_set_id is not None):
+        from collectors.ops.from_traces import select_trace_sets
+
+        select_trace_sets(store, platform or "", selection.run_id, selection.trace_set_id)
 
 
 def _traced(shapes, counts: list[dict]) -> None:
@@ -129,11 +156,13 @@ def _report(summary: dict, run_id: str) -> None:
         render(pd.DataFrame(summary["per_op"]))
 
 
-def peaks(ctx: typer.Context, platform: Optional[str] = PlatformOption) -> None:
+def peaks(ctx: typer.Context, platform: Optional[str] = typer.Option(None, "--platform", help=_PLATFORM_HELP),
+          new_platform: bool = typer.Option(False, "--create-platform", help=_NEW_HELP)) -> None:
     """Measure this machine's roofline peaks (GEMM FLOP/s, memory bandwidth, host<->device on CUDA)."""
     from collectors.ops.run import run_peaks  # torch: loaded only when peaks are measured
 
     with open_store(ctx) as store:
+        _check(store, platform, new_platform)
         rows = run_peaks(store, platform)
     render(pd.DataFrame([{"metric": r["metric"], "value": r["value"], "best_us": r["details"]["best_us"]}
                          for r in rows]))

@@ -1,4 +1,4 @@
-"""``pmdb collect trace``: import Kineto and execution traces recorded elsewhere as a trace set."""
+"""``pmdb collect trace``: import Kineto and execution traces recorded outside pmdb as a trace set."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,16 +6,13 @@ from typing import Optional
 
 import typer
 
-from collectors.traces.files import read_trace_file
-from collectors.traces.ingest import PROFILED_WITH, RankTraces, add_ranks, ingest_trace_set
-from pmdb.traces.vocabulary import common
-from pmdb import platform as platforms
+from collectors.traces.import_set import TraceImport, amend_trace_set, import_traces
+from collectors.traces.ingest import PROFILED_WITH, RankTraces
 from pmdb.cli.common import open_store, render
 from pmdb.errors import PmdbError
-from pmdb.store import Store
 
 
-def _pairs(kineto: list[Path], et: list[Path], ranks: list[int], profiled_with: str,
+def _pairs(kineto: list[Path], et: list[Path], ranks: list[int], profiled_with: Optional[str],
            adding: bool) -> list[RankTraces]:
     count = max(len(kineto), len(et))
     if count == 0:
@@ -26,25 +23,10 @@ def _pairs(kineto: list[Path], et: list[Path], ranks: list[int], profiled_with: 
                             f"--et and --rank once per rank, in the same order")
     if adding and not ranks:
         raise PmdbError("--trace-set adds ranks to an existing set: say which with --rank")
-    if profiled_with not in PROFILED_WITH:
+    if profiled_with is not None and profiled_with not in PROFILED_WITH:
         raise PmdbError(f"bad --profiled-with {profiled_with!r}: use {' or '.join(PROFILED_WITH)}")
     return [RankTraces(ranks[i] if ranks else i, kineto[i] if kineto else None, et[i] if et else None,
                        profiled_with) for i in range(count)]
-
-
-def _platform(store: Store, name: str, device_kind: Optional[str], pairs: list[RankTraces]) -> str:
-    """The named platform; a new one is registered as imported, its device kind read from the first Kineto trace."""
-    if store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [name]):
-        return name
-    if device_kind is None:
-        first = next((p.kineto for p in pairs if p.kineto is not None), None)
-        device_kind = "cpu"
-        if first is not None:
-            device = common().categories["device"]
-            events = read_trace_file(first).doc.get("traceEvents")
-            if isinstance(events, list) and any(isinstance(e, dict) and e.get("cat") in device for e in events):
-                device_kind = "cuda"
-    return platforms.ensure_named(store, name, device_kind=device_kind)
 
 
 def trace(ctx: typer.Context,
@@ -54,40 +36,53 @@ def trace(ctx: typer.Context,
                                         "position; repeat once per rank (or give only --et files)."),
           rank: list[int] = typer.Option([], "--rank", help="Rank of each file pair, in the same order "
                                          "(default 0, 1, ...; required with --trace-set)."),
-          platform: str = typer.Option(..., "--platform", help="Platform the traces were recorded on; a new name is "
-                                       "registered as an imported platform."),
+          platform: Optional[str] = typer.Option(None, "--platform", help="Platform the traces were recorded on "
+                                                 "(default: this machine, when the Kineto trace's host is this "
+                                                 "one); a new name of another machine is registered as an "
+                                                 "imported platform."),
+          measured_ms: Optional[float] = typer.Option(None, "--measured-ms", help="Unprofiled time of one "
+                                                      "iteration (ms), timed without the profiler: the truth "
+                                                      "model-mode predictions of the set are judged against."),
+          threads: Optional[int] = typer.Option(None, "--threads", help="Intra-op threads per rank of the "
+                                                "recording (torch.get_num_threads()), when the trace does not "
+                                                "record them as metadata 'intra_op_threads'."),
           workload: Optional[str] = typer.Option(None, "--workload", help="Workload label stored with the set."),
           trace_set: Optional[int] = typer.Option(None, "--trace-set", help="Add the ranks to this existing "
-                                                  "trace set instead of creating one."),
-          profiled_with: str = typer.Option("kineto", "--profiled-with", help="What recorded during the Kineto "
-                                            "pass: 'kineto', or 'kineto+et' when the ET was recorded in the same "
-                                            "pass (overheads skip such traces)."),
+                                                  "trace set instead of creating one (without files: set its "
+                                                  "--threads / --measured-ms)."),
+          profiled_with: Optional[str] = typer.Option(None, "--profiled-with", help="What recorded during the "
+                                                      "Kineto pass: 'kineto', or 'kineto+et' when the ET was "
+                                                      "recorded in the same pass (overheads skip such traces); "
+                                                      "default: found from the files."),
           device_kind: Optional[str] = typer.Option(None, "--device-kind", help="cpu or cuda for a new platform "
-                                                    "(default: cuda when the Kineto trace has device events)."),
+                                                    "of another machine (default: cuda when the Kineto trace "
+                                                    "has device events)."),
           ) -> None:
-    """Import Kineto and/or execution traces (one pair per rank) recorded elsewhere into a trace set."""
-    pairs = _pairs(kineto, et, rank, profiled_with, trace_set is not None)
+    """Import Kineto and/or execution traces (one pair per rank) recorded outside pmdb into a trace set."""
+    if trace_set is not None and not kineto and not et:
+        with open_store(ctx) as store:
+            amend_trace_set(store, trace_set, threads, measured_ms)
+        typer.echo(f"trace set {trace_set}: " + "; ".join(
+            ([f"{threads} intra-op thread(s)"] if threads is not None else [])
+            + ([f"measured {measured_ms:.1f} ms per iteration"] if measured_ms is not None else [])))
+        return
+    request = TraceImport(_pairs(kineto, et, rank, profiled_with, trace_set is not None), platform=platform,
+                          workload=workload, trace_set=trace_set, device_kind=device_kind, threads=threads,
+                          measured_ms=measured_ms)
     with open_store(ctx) as store:
-        name = _platform(store, platforms.check_name(platform), device_kind, pairs)
-        args = {"kineto": [str(p) for p in kineto], "et": [str(p) for p in et], "rank": rank, "workload": workload,
-                "trace_set": trace_set, "profiled_with": profiled_with}
-        with store.run("trace", name, args) as run:
-            if trace_set is None:
-                set_id = ingest_trace_set(store, run.run_id, name, pairs, label=workload, source="imported")
-            else:
-                set_id = trace_set
-                add_ranks(store, run.run_id, trace_set, pairs)
-            summary = store.query(
-                "SELECT t.rank, t.kind, t.schema_version AS schema, "
-                "(SELECT count(*) FROM trace_ops o WHERE o.trace_id = t.trace_id) AS ops, "
-                "(SELECT count(*) FROM trace_kernels k WHERE k.trace_id = t.trace_id) AS kernels, "
-                "t.iterations, t.link_method, t.linked_ops FROM traces t "
-                "WHERE t.trace_set_id = ? AND t.run_id = ? ORDER BY t.rank, t.kind", [set_id, run.run_id])
-            run.summary = {"trace_set_id": set_id, "files": len(summary), "ops": int(summary["ops"].sum())}
-        measured = store.scalar("SELECT measured_us FROM trace_sets WHERE trace_set_id = ?", [set_id])
-    typer.echo(f"trace set {set_id} on platform {name}: {len(pairs)} rank(s) stored"
-               + (f"; median iteration in the trace {measured:.1f} µs" if measured is not None else ""))
-    render(summary)
+        done = import_traces(store, request)
+    where = "this machine" if done.local else "imported"
+    facts = [f"{done.ranks} rank(s) stored"]
+    if done.threads is not None:
+        facts.append(f"{done.threads} intra-op thread(s)")
+    if done.measured_us is not None:
+        facts.append(f"profiled iteration {done.measured_us / 1000:.1f} ms")
+    if done.given_measured_us is not None:
+        facts.append(f"measured {done.given_measured_us / 1000:.1f} ms")
+    typer.echo(f"trace set {done.trace_set_id} on platform {done.platform} ({where}): {'; '.join(facts)}")
+    render(done.files)
+    for note in done.notes:
+        typer.echo(f"pmdb: note: {note}", err=True)
 
 
 def register(app: typer.Typer) -> None:

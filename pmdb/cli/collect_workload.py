@@ -97,11 +97,12 @@ def _graph_only(ctx: typer.Context, opts: dict, platform: Optional[str]) -> None
              not in ("DEFAULT", "DEFAULT_MAP")}
     given = {"timeout_s" if k == "timeout" else k for k in given}
     request = graph_request(opts, given)
-    typer.echo(f"transformer {request.name}: shape-only capture, batch {request.batch_size}, sequence "
-               f"{request.seq_len}, head {request.head}, optimizer {request.optimizer}", err=True)
     args = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}
     with open_store(ctx) as store:
-        summary = collect_graph(store, platforms.resolve(store, platform), request, args)
+        name = platforms.resolve(store, platform)  # an unknown --platform is refused before anything is said
+        typer.echo(f"transformer {request.name}: shape-only capture, batch {request.batch_size}, sequence "
+                   f"{request.seq_len}, head {request.head}, optimizer {request.optimizer}", err=True)
+        summary = collect_graph(store, name, request, args)
     seconds = summary["seconds"]
     rows = [("workload_id", summary["workload_id"]), ("trace_set_id", summary["trace_set_id"]),
             ("head", summary["head"]), ("parameters", summary["parameters"]), ("et_nodes", summary["et_nodes"]),

@@ -3,14 +3,35 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional, Sequence
 
 import pandas as pd
 import typer
+import typer.core
 
+from pmdb.cli.text_table import Cutter, column_cells, cut, dropped_note, is_empty, layout, terminal_width
 from pmdb.config import Workspace, resolve_workspace
 from pmdb.errors import PmdbError
 from pmdb.store import Store
+
+ALL_ROWS_HINT = "--limit N or --format csv for all"
+LEGEND_LENGTH = 12  # values of a legend column longer than this are shown as [1], [2], ... in the table
+
+
+def _hide_flag_types() -> None:
+    """Typer's help shows a flag (``--all``, ``--help``) with a ``<bool>`` type as if it took a value: show none."""
+    shown = typer.core.TyperOption.display_type_rich
+    if getattr(shown, "pmdb_hides_flags", False):
+        return
+
+    def display_type_rich(self: typer.core.TyperOption, ctx: typer.Context) -> Optional[str]:
+        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+
+    display_type_rich.pmdb_hides_flags = True  # type: ignore[attr-defined]
+    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_hide_flag_types()
 
 PlatformOption = typer.Option(None, "--platform", help="Platform name to use (default: this machine, registered on first use).")
 
@@ -25,8 +46,29 @@ def open_store(ctx: typer.Context, *, read_only: bool = False, create: bool = Fa
     return Store.open(workspace(ctx), read_only=read_only, create=create)
 
 
-def render(frame: pd.DataFrame, fmt: str = "table", output: Optional[Path] = None) -> None:
-    """Print a frame as table/csv/json, or write it to ``output`` (Parquet when it ends in .parquet)."""
+def limit_option(default: int, help: str) -> int:
+    """A ``--limit N`` option (validate it with ``row_limit``)."""
+    return typer.Option(default, "--limit", metavar="N", help=help)
+
+
+def row_limit(limit: int) -> Optional[int]:
+    """The row cap a ``--limit`` asks for: None for 0 (every row); a one-line error when negative."""
+    if limit < 0:
+        raise PmdbError(f"bad --limit {limit}: give a number of rows, or 0 for all")
+    return limit or None
+
+
+def render(frame: pd.DataFrame, fmt: str = "table", output: Optional[Path] = None, *, limit: Optional[int] = None,
+           hint: str = ALL_ROWS_HINT, labels: Optional[Mapping[str, str]] = None, lift: Sequence[str] = (),
+           keep: Sequence[str] = (), cutters: Optional[Mapping[str, Cutter]] = None,
+           legend: Sequence[str] = ()) -> None:
+    """Print a frame as table/csv/json, or write it to ``output`` (Parquet when it ends in .parquet).
+
+    csv, json and files get every row and column as they are. The table fits the terminal: at most ``limit`` rows
+    (a note gives the total and ``hint``), headers renamed by ``labels``, a column of ``lift`` holding one value
+    printed above the table instead ('platform: NAME'), long cells cut with '…' (never those of ``keep``; those of
+    ``cutters`` their own way), long values of a ``legend`` column shown as [1], [2], ... with the values listed
+    below the table, columns that do not fit left out with a note naming them."""
     if fmt not in ("table", "csv", "json"):
         raise PmdbError(f"bad --format {fmt!r}: use table, csv or json")
     if output is not None:
@@ -50,6 +92,53 @@ def render(frame: pd.DataFrame, fmt: str = "table", output: Optional[Path] = Non
     elif frame.empty:
         typer.echo("(no rows)" if len(frame.columns) else "(no result)")
     else:
-        with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 200,
-                               "display.max_colwidth", 60):
-            typer.echo(frame.to_string(index=False))
+        typer.echo("\n".join(table_lines(frame, limit=limit, hint=hint, labels=labels, lift=lift, keep=keep,
+                                         cutters=cutters, legend=legend)))
+
+
+def table_lines(frame: pd.DataFrame, *, limit: Optional[int] = None, hint: str = ALL_ROWS_HINT,
+                labels: Optional[Mapping[str, str]] = None, lift: Sequence[str] = (), keep: Sequence[str] = (),
+                cutters: Optional[Mapping[str, Cutter]] = None, legend: Sequence[str] = (),
+                width: Optional[int] = None) -> list[str]:
+    """The lines ``render`` prints for a table (see there); ``width`` defaults to the terminal's."""
+    width = width or terminal_width()
+    labels = dict(labels or {})
+    lines: list[str] = []
+    for column in lift:
+        values = frame[column].tolist() if column in frame.columns else []
+        if values and not is_empty(values[0]) and all(v == values[0] for v in values):
+            lines.append(f"{labels.get(column, column)}: {values[0]}")
+            frame = frame.drop(columns=[column])
+    total = len(frame)
+    if limit and total > limit:
+        frame = frame.head(limit)
+    whole = frame  # before long values become legend keys
+    below: dict[str, list[str]] = {}  # legend lines per (labelled) column
+    for column in legend:
+        if column not in frame.columns:
+            continue
+        keys: dict[str, str] = {}
+        for value in frame[column]:
+            if not is_empty(value) and len(str(value)) > LEGEND_LENGTH:
+                keys.setdefault(str(value), f"[{len(keys) + sum(map(len, below.values())) + 1}]")
+        frame = frame.assign(**{column: [keys.get(str(v), v) for v in frame[column]]})
+        below[labels.get(column, column)] = [cut(f"{key} {value}", width) for value, key in keys.items()]
+    body, dropped = layout(frame.rename(columns=labels), width, keep=[labels.get(k, k) for k in keep],
+                           cutters={labels.get(k, k): f for k, f in (cutters or {}).items()})
+    if dropped and len(frame) == 1:  # one row too wide for a line: one line per column instead
+        return lines + record_lines(whole.rename(columns=labels), width)
+    lines += body
+    for column, listed in below.items():
+        lines += [] if column in dropped else listed
+    if len(frame) < total:
+        lines.append(f"(showing {len(frame)} of {total} rows; {hint})")
+    if dropped:
+        lines.append(dropped_note(dropped, width))
+    return lines
+
+
+def record_lines(frame: pd.DataFrame, width: int) -> list[str]:
+    """The one row of ``frame`` as 'column  value' lines, values cut to ``width``."""
+    names = [str(c) for c in frame.columns]
+    pad = max(map(len, names))
+    return [cut(f"{name.ljust(pad)}  {column_cells(frame.iloc[:, i])[0][0]}", width) for i, name in enumerate(names)]

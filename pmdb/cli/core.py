@@ -1,6 +1,7 @@
 """Core commands: init, platform, status, runs, sql."""
 from __future__ import annotations
 
+import textwrap
 from importlib import resources
 from pathlib import Path
 from typing import Optional
@@ -9,9 +10,15 @@ import duckdb
 import typer
 
 from pmdb import migrator, platform as platforms
-from pmdb.cli.common import open_store, render, workspace
+from pmdb.cli import run_list
+from pmdb.cli.common import limit_option, open_store, render, row_limit, workspace
+from pmdb.cli.text_table import terminal_width
+from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 from pmdb.store import Store
+
+SQL_TABLE_ROWS = 50     # rows `pmdb sql` prints as a table unless --limit says otherwise
+STATUS_RUNS = 10        # latest runs `pmdb status` shows
 
 # table -> its platform column, for `pmdb status`
 _TABLES_WITH_PLATFORM = {"op_measurements": "platform", "collective_measurements": "platform",
@@ -57,35 +64,63 @@ def status(ctx: typer.Context) -> None:
         parts = [f"SELECT '{t}' AS table_name, {col} AS platform, count(*) AS rows FROM {t} GROUP BY {col}"
                  for t, col in _TABLES_WITH_PLATFORM.items()]
         counts = store.query(" UNION ALL ".join(parts) + " ORDER BY table_name, platform")
-        platforms_frame = store.query("SELECT name, device_kind, cpu_model, gpu_name, gpu_count, is_imported "
-                                      "FROM platforms ORDER BY name")
-        latest = store.query("SELECT run_id, kind, platform, status, started_at, finished_at FROM collection_runs "
-                             "ORDER BY started_at DESC LIMIT 10")
+        platforms_frame = store.query(
+            "SELECT name, device_kind AS kind, CASE WHEN device_kind = 'cpu' THEN cpu_model "
+            "ELSE coalesce(gpu_name, cpu_model) END AS device, gpu_count AS gpus, is_imported AS imported "
+            "FROM platforms ORDER BY name")
+        latest, total = run_list.runs_frame(store, limit=STATUS_RUNS)
+        registry = _registry_problem(store, workspace(ctx))
+    if registry:
+        typer.echo(textwrap.fill(f"warning: {registry}", terminal_width(), subsequent_indent="  ",
+                                 break_long_words=False, break_on_hyphens=False))
     typer.echo("\nplatforms:")
     render(platforms_frame)
     typer.echo("\nrows per table and platform:")
-    render(counts)
-    typer.echo("\nlatest runs:")
-    render(latest)
+    render(counts, lift=("platform",))
+    more = f" ({len(latest)} of {total}; `pmdb runs --limit N` lists more)" if total > len(latest) else ""
+    typer.echo(f"\nlatest runs{more}:")
+    render(run_list.runs_table(latest), lift=run_list.LIFTED, keep=("run_id",))
+
+
+def _registry_problem(store: Store, ws: Workspace) -> str | None:
+    """One line when the local MLflow registry lacks versions the store mirrors (mlflow.db deleted or replaced);
+    None when it agrees, or when the registry is a remote server (`pmdb doctor` checks that one)."""
+    if ws.mlflow_uri != ws.local_mlflow_uri:
+        return None
+    from fitters.registry_mirror import require_mirrored
+
+    try:
+        require_mirrored(store, ws)
+    except PmdbError as exc:
+        return str(exc)
+    return None
 
 
 def runs(ctx: typer.Context,
          kind: Optional[str] = typer.Option(None, help="Only runs of this kind (ops, comms, workload, fit, ...)."),
          status_: Optional[str] = typer.Option(None, "--status", help="Only runs with this status."),
-         limit: int = typer.Option(50, help="At most this many runs, newest first."),
-         fmt: str = typer.Option("table", "--format", help="table, csv or json.")) -> None:
-    """Collection runs with their status (running, completed, failed, interrupted)."""
-    if status_ and status_ not in ("running", "completed", "failed", "interrupted"):
+         all_: bool = typer.Option(False, "--all", help="Also the marker runs quickstart records once per step."),
+         limit: int = limit_option(20, "At most this many runs, newest first (0: all)."),
+         fmt: str = typer.Option("table", "--format", help="table, csv or json (with start and end times).")
+         ) -> None:
+    """Collection runs, newest first: what each measured, its platform, status (running, completed, failed,
+    interrupted) and how long it took; failed and interrupted runs with their reason below the table."""
+    if status_ and status_ not in run_list.STATUSES:
         raise PmdbError(f"bad --status {status_!r}: use running, completed, failed or interrupted")
-    where, params = [], []
-    if kind:
-        where.append("kind = ?"), params.append(kind)
-    if status_:
-        where.append("status = ?"), params.append(status_)
-    sql = ("SELECT run_id, kind, platform, status, started_at, finished_at, error FROM collection_runs"
-           + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started_at DESC LIMIT ?")
+    cap = row_limit(limit)
     with open_store(ctx, read_only=True) as store:
-        render(store.query(sql, params + [limit]), fmt)
+        frame, total = run_list.runs_frame(store, kind=kind, status=status_, markers=all_, limit=cap)
+        hidden = 0 if all_ or kind else run_list.hidden_markers(store, status_)
+    if fmt != "table":
+        render(frame, fmt)
+        return
+    render(run_list.runs_table(frame) if len(frame) else frame, lift=run_list.LIFTED, keep=("run_id",))
+    for line in run_list.error_lines(frame, terminal_width()):
+        typer.echo(line)
+    if len(frame) < total:
+        typer.echo(f"(showing {len(frame)} of {total} runs; --limit N for more)")
+    if hidden:
+        typer.echo(f"({hidden} quickstart step markers not shown; --all shows them)")
 
 
 def named_queries() -> dict[str, tuple[str, str]]:
@@ -106,12 +141,17 @@ def sql(ctx: typer.Context,
         list_: bool = typer.Option(False, "--list", help="List the named queries and exit."),
         fmt: str = typer.Option("table", "--format", help="Output format: table, csv or json."),
         output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                              help="Write the result to this file (Parquet when it ends in .parquet).")
+                                              help="Write the result to this file (Parquet when it ends in .parquet)."),
+        limit: int = limit_option(SQL_TABLE_ROWS, "At most this many rows in the table (0: all); csv, json and "
+                                                   "-o files get every row.")
         ) -> None:
     """Run SQL over the store: a statement, a file, or a named query. The store is opened read-only."""
+    cap = row_limit(limit)
     if list_:
+        width = terminal_width()
         for name, (description, _) in named_queries().items():
-            typer.echo(f"{name:24s} {description}")
+            typer.echo(textwrap.fill(description or "-", width, initial_indent=f"{name:24s} ",
+                                     subsequent_indent=" " * 25, break_on_hyphens=False))
         return
     given = [x for x in (statement, file, query) if x]
     if len(given) != 1:
@@ -132,7 +172,7 @@ def sql(ctx: typer.Context,
             frame = store.query(text)
         except duckdb.Error as exc:
             raise PmdbError(f"SQL error: {str(exc).splitlines()[0]}") from None
-    render(frame, fmt, output)
+    render(frame, fmt, output, limit=cap)
 
 
 def register(app: typer.Typer) -> None:

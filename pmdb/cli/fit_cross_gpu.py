@@ -6,6 +6,7 @@ from typing import List, Optional
 
 import typer
 
+from pmdb import platform as platforms
 from pmdb.cli.common import open_store, render, workspace
 from pmdb.errors import PmdbError
 
@@ -34,6 +35,7 @@ def cross_gpu(ctx: typer.Context,
     options = CrossGpuOptions(target=target, ops=list(op) if op else None, sources=list(source) if source else None,
                               seed=seed, max_rows_per_gpu=max_rows, logo=logo, progress=say)
     with open_store(ctx) as store:
+        platforms.load(store, target, hint=f"register one with `pmdb platform-specs FILE --name {target}`")
         results, notes = fit_for_target(store, workspace(ctx), options)
     for note in notes:
         typer.echo(f"note: {note}", err=True)

@@ -11,6 +11,7 @@ from pmdb import platform as platforms
 from pmdb.cli.common import PlatformOption, open_store, render, workspace
 from pmdb.errors import PmdbError
 
+SUMMARY_NOTES = 3              # notes --summary prints (the rest are counted)
 DEFAULT_BUDGET_MINUTES = 4.0   # fitters.fit.DEFAULT_BUDGET_MINUTES (not imported here: the CLI loads stages lazily)
 
 
@@ -27,10 +28,13 @@ def fit(ctx: typer.Context,
                                              help="Time budget (minutes) shared by the MLP/GBDT/DeepSets searches; "
                                                   "the whole fit takes about this long plus ~15 s."),
         seed: int = typer.Option(0, "--seed", help="Seed of the splits, searches and initialisations."),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")) -> None:
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+        summary: bool = typer.Option(False, "--summary", help="Print one line (versions, champions, their median "
+                                     "test GMAE) instead of the table of every version.")) -> None:
     """Fit kernel, embedding and collective models, score them on held-out rows, register each fit as a new version.
 
-    GPU device timings (imported tables) hold forward kernels only: fully_connected and bmm then also get a
+    noise_% is the test rows' own noise floor (their repetitions against their medians, at most; kernel models
+    only). GPU device timings (imported tables) hold forward kernels only: fully_connected and bmm then also get a
     backward version (family gemm_shapes: the forward champion over the backward GEMMs, no test metrics). A GPU with a
     spec sheet and no tables of its own: `pmdb fit cross-gpu --target NAME`."""
     if ctx.invoked_subcommand is not None:
@@ -46,14 +50,30 @@ def fit(ctx: typer.Context,
     with open_store(ctx) as store:
         name = platforms.resolve(store, platform)
         results, notes = fit_models(store, workspace(ctx), name, options)
-    for note in notes:
+    for note in notes[:SUMMARY_NOTES] if summary else notes:
         typer.echo(f"note: {note}", err=True)
+    if summary:
+        if len(notes) > SUMMARY_NOTES:
+            typer.echo(f"note: ... and {len(notes) - SUMMARY_NOTES} more (a fit without --summary lists all)",
+                       err=True)
+        typer.echo(_one_line(results, name))
+        return
     shown = results.assign(**{f"{m}_%": (100 * results[f"test_{m}"]).round(2) for m in ("gmae", "mape", "std")})
+    shown["noise_%"] = (100 * results["replicate_gmae"]).round(2)   # the test rows' repetitions vs their medians
     shown["champion"] = shown["champion"].map({True: "*", False: ""})
-    render(shown[["name", "version", "family", "gmae_%", "mape_%", "std_%", "n_train", "n_test", "dropped",
-                  "seconds", "champion"]])
+    shown["name"] = shown["name"].str.removesuffix(f"~{name}")  # the platform is on the line below the table
+    render(shown[["name", "version", "family", "gmae_%", "noise_%", "mape_%", "std_%", "n_train", "n_test",
+                  "dropped", "seconds", "champion"]])
     typer.echo(f"{len(results)} model versions registered on {name}; "
                f"{int(results['champion'].sum())} champions (lowest test GMAE per model name)")
+
+
+def _one_line(results, name: str) -> str:
+    """`pmdb fit --summary`: versions, champions and their median held-out GMAE (%)."""
+    champions = results[results["champion"]]
+    scored = champions["test_gmae"].dropna()
+    median = f" (median test GMAE {100 * scored.median():.1f}%)" if len(scored) else ""
+    return f"fit: {len(results)} versions, {len(champions)} champions{median} on {name}"
 
 
 def register(app: typer.Typer) -> None:

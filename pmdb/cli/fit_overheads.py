@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from fitters.overheads import fit_overheads
+from fitters.overheads import fit_overheads, log_overhead_version, require_traces
 from pmdb import platform as platforms
 from pmdb.cli.common import PlatformOption, open_store, render
 
@@ -15,12 +15,15 @@ def overheads(ctx: typer.Context,
               include_joint: bool = typer.Option(False, "--include-joint", help="Also use Kineto traces recorded "
                                                  "together with an execution trace (their op times are inflated).")
               ) -> None:
-    """Recompute the overhead table (T1-T5 per op, IQR-filtered) of a platform from all its Kineto traces."""
+    """Recompute the overhead table (T1-T5 per op, IQR-filtered) of a platform from all its Kineto traces; the new
+    version is also logged as an MLflow run (experiment pmdb-overheads)."""
     with open_store(ctx) as store:
         name = platforms.resolve(store, platform)
+        require_traces(store, name, include_joint)  # a platform without traces is refused before a run row
         with store.run("overheads", name, {"include_joint": include_joint}) as run:
             run.summary = fit_overheads(store, run.run_id, name, include_joint=include_joint)
         version = run.summary["overhead_version"]
+        mlflow_run = log_overhead_version(store, version)  # after the run completed: a failure keeps the version
         table = store.query(
             "SELECT kind, count(*) AS ops, sum(count) AS samples_kept, round(median(mean_us), 2) AS median_mean_us "
             "FROM overheads WHERE overhead_version = ? GROUP BY kind ORDER BY kind", [version])
@@ -28,6 +31,7 @@ def overheads(ctx: typer.Context,
     typer.echo(f"overhead version {version} of {name} ({s['semantics']}): {s['samples']} samples from "
                f"{s['traces']} trace(s), {s['kept']} kept after IQR filtering, {s['ops']} op names")
     render(table)
+    typer.echo(f"logged to MLflow (experiment pmdb-overheads): run {mlflow_run}")
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,8 @@ from typer._click import exceptions as click_exc  # typer vendors its own click
 import pmdb
 from pmdb.cli import collect as cli_collect
 from pmdb.cli import core as cli_core
+from pmdb.cli import doctor as cli_doctor
+from pmdb.cli import exchange as cli_exchange
 from pmdb.cli import fit as cli_fit
 from pmdb.cli import models as cli_models
 from pmdb.cli import plan as cli_plan
@@ -23,7 +25,7 @@ from pmdb.cli import predict as cli_predict
 from pmdb.cli import quickstart as cli_quickstart
 from pmdb.cli import report as cli_report
 from pmdb.cli import shard as cli_shard
-from pmdb.config import HOME_ENV, resolve_workspace
+from pmdb.config import HOME_ENV, TRACKING_ENV, resolve_workspace
 from pmdb.errors import PmdbError
 from pmdb.store import failure_message, interruptions
 
@@ -38,7 +40,7 @@ app = typer.Typer(
 
 # The command table: each module adds its commands with ``register(app)``.
 COMMAND_MODULES = (cli_core, cli_quickstart, cli_collect, cli_fit, cli_plan, cli_predict, cli_models, cli_shard,
-                   cli_report, cli_platform_specs)
+                   cli_report, cli_platform_specs, cli_exchange, cli_doctor)
 
 
 def _print_version(value: bool) -> None:
@@ -51,9 +53,13 @@ def _print_version(value: bool) -> None:
 def _root(ctx: typer.Context,
           home: Optional[Path] = typer.Option(None, "--home", envvar=HOME_ENV,
                                               help="Workspace directory (default ./pmdb-workspace)."),
+          tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar=TRACKING_ENV,
+                                                     help="MLflow tracking and registry URI to fit into and load "
+                                                          "models from, e.g. a shared `mlflow server` "
+                                                          "(http://HOST:PORT); default the workspace's mlflow.db."),
           version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="Print the pmdb version and exit.")) -> None:
-    ctx.obj = resolve_workspace(home)
+    ctx.obj = resolve_workspace(home, tracking_uri)
 
 
 for _module in COMMAND_MODULES:

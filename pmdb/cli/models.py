@@ -1,5 +1,5 @@
-"""``pmdb models`` (registered versions with their test errors and aliases), ``pmdb models promote NAME VERSION``
-(move ``champion``) and ``pmdb ui`` (the MLflow UI over the workspace, on 127.0.0.1)."""
+"""`pmdb models` (each name's champion, or every version, with test errors and aliases), `pmdb models promote
+NAME VERSION` (move `champion`) and `pmdb ui` (the MLflow UI over the workspace, on 127.0.0.1)."""
 from __future__ import annotations
 
 import os
@@ -10,13 +10,19 @@ from typing import Optional
 
 import typer
 
-from pmdb.cli.common import open_store, render, workspace
+from pmdb import platform as platforms
+from pmdb.cli.common import limit_option, open_store, render, row_limit, workspace
+from pmdb.cli.text_table import cut_segments
 from pmdb.errors import PmdbError
 
-models_app = typer.Typer(help="Registered model versions (kernel, embedding, collective) and their aliases.",
+models_app = typer.Typer(help="Registered models (kernel, embedding, collective, planner): per name its champion "
+                              "version (the latest when it has none) with its held-out test error (GMAE %), test "
+                              "rows and aliases; --all lists every version.",
                          no_args_is_help=False, invoke_without_command=True)
 
 UI_STOP_SECONDS = 10.0
+MODELS_TABLE_ROWS = 50  # rows `pmdb models` prints as a table unless --limit says otherwise
+_TABLE_LABELS = {"version": "ver", "gmae_pct": "gmae%"}
 
 
 @models_app.callback(invoke_without_command=True)
@@ -24,11 +30,17 @@ def models(ctx: typer.Context,
            platform: Optional[str] = typer.Option(None, "--platform", help="Only this platform's models."),
            op: Optional[str] = typer.Option(None, "--op", help="Only models of this op or collective."),
            alias: Optional[str] = typer.Option(None, "--alias", help="Only versions holding this alias "
-                                               "(champion, latest)."),
-           fmt: str = typer.Option("table", "--format", help="table, csv or json.")) -> None:
-    """List registered versions with their held-out test errors (%) and aliases, newest first per name."""
+                                               "(champion, latest); implies --all."),
+           all_: bool = typer.Option(False, "--all", help="Every version, not only each name's champion."),
+           limit: int = limit_option(MODELS_TABLE_ROWS, "At most this many rows in the table (0: all); csv and "
+                                                        "json get every row."),
+           fmt: str = typer.Option("table", "--format", help="table, csv or json (csv and json: every column).")
+           ) -> None:
+    """Registered models: per name its champion version (the latest when it has none) with its held-out test
+    error (GMAE %), test rows and aliases; --all lists every version, newest first per name."""
     if ctx.invoked_subcommand is not None:
         return
+    cap = row_limit(limit)
     where, args = [], []
     for column, value in (("m.platform", platform), ("m.op", op)):
         if value:
@@ -42,21 +54,42 @@ def models(ctx: typer.Context,
            "FROM model_versions m" + (" WHERE " + " AND ".join(where) if where else "")
            + " ORDER BY m.platform, m.name, m.version DESC")
     with open_store(ctx, read_only=True) as store:
+        if platform is not None:
+            platforms.load(store, platform)  # the one-line unknown-platform error
         frame = store.query(sql, args)
+    held = frame["aliases"].fillna("").str.split(",")
     if alias:
-        frame = frame[frame["aliases"].fillna("").str.split(",").map(lambda a: alias in a)]
-    render(frame, fmt)
+        frame = frame[held.map(lambda a: alias in a)]
+    elif not all_:  # one row per name: its champion, else its newest version
+        rank = held.map(lambda a: "champion" not in a)
+        frame = frame.assign(_rank=rank).sort_values(["name", "_rank", "version"], ascending=[True, True, False],
+                                                     kind="stable")
+        frame = frame.drop_duplicates("name").drop(columns="_rank")
+        frame = frame.sort_values(["platform", "name"], kind="stable").reset_index(drop=True)
+    if fmt != "table":
+        render(frame, fmt)
+        return
+    # the table: short columns (family only beside other versions of a name), names without their platform
+    # ('~<platform>', or the legacy 'pmdb.<platform>.') when one platform is shown (it is printed above the table)
+    family = ["family"] if all_ or alias else []
+    table = frame[["name", "platform", "version", *family, "gmae_pct", "n_test", "aliases"]]
+    shown = frame["platform"].dropna().unique()
+    if len(shown) == 1:
+        prefix, suffix = f"pmdb.{shown[0]}.", f"~{shown[0]}"
+        table = table.assign(name=table["name"].map(
+            lambda n: n[len(prefix):] if n.startswith(prefix) else n[:-len(suffix)] if n.endswith(suffix) else n))
+    render(table, limit=cap, labels=_TABLE_LABELS, lift=("platform",), cutters={"name": cut_segments})
 
 
 @models_app.command("promote")
 def promote(ctx: typer.Context,
             name: str = typer.Argument(..., help="Registered model name (see `pmdb models`)."),
             version: int = typer.Argument(..., help="Version that becomes the champion.")) -> None:
-    """Move the ``champion`` alias of NAME to VERSION (in MLflow and in the store's mirror)."""
+    """Move the champion alias of NAME to VERSION (in MLflow and in the store's mirror)."""
     from fitters.registry import Registry, promote as promote_version
 
     with open_store(ctx) as store:
-        promote_version(store, Registry(workspace(ctx)), name, version)
+        promote_version(store, Registry(workspace(ctx), store), name, version)
     typer.echo(f"{name}: champion -> version {version}")
 
 
@@ -67,6 +100,9 @@ def ui(ctx: typer.Context,
     from fitters.registry import Registry
 
     ws = workspace(ctx).require()
+    if ws.mlflow_uri != ws.local_mlflow_uri:
+        raise PmdbError(f"the registry is {ws.mlflow_uri} (--tracking-uri or MLFLOW_TRACKING_URI): open that "
+                        f"server's own UI; `pmdb ui` serves a workspace's mlflow.db")
     registry = Registry(ws)  # creates the sqlite store from this one process before the server starts
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
            "DO_NOT_TRACK": "true"}

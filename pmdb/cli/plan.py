@@ -50,6 +50,13 @@ def _ints(text: str, option: str) -> list[int]:
     return values
 
 
+def _at_least_one(**options: Optional[int]) -> None:
+    """Counts checked before a run row is made (``global_batch`` stands for --global-batch)."""
+    for name, value in options.items():
+        if value is not None and value < 1:
+            raise PmdbError(f"bad --{name.replace('_', '-')} {value}: must be at least 1")
+
+
 def _check_strategy(strategy: str) -> None:
     if strategy not in (*STRATEGIES, "all"):
         raise PmdbError(f"bad --strategy {strategy!r}: use {', '.join(STRATEGIES)} or all")
@@ -88,7 +95,10 @@ def plan(ctx: typer.Context,
         return
     if model is None or gpus is None or global_batch is None:
         raise PmdbError("pmdb plan needs --model, --gpus and --global-batch (see pmdb plan --help)")
+    _at_least_one(gpus=gpus, global_batch=global_batch, top=top, workers=workers)
     _check_strategy(strategy)
+    if output is not None and not Path(output).parent.exists():
+        raise PmdbError(f"cannot write {output}: directory {Path(output).parent} does not exist")
     shape = models.load(model)
     fw = framework_preset(framework)
     if not has_candidates(shape, strategy, gpus, global_batch):
@@ -147,6 +157,7 @@ def sweep(ctx: typer.Context,
           fmt: str = typer.Option("table", "--format", help="table, csv or json."),
           quiet: bool = typer.Option(False, "--quiet", help="No progress bar.")) -> None:
     """Run the search over GPU counts × systems (× NVLink domain sizes): the scaling study of the seed paper."""
+    _at_least_one(global_batch=global_batch, top=top, workers=workers)
     _check_strategy(strategy)
     counts = _ints(gpus, "--gpus")
     domains = _ints(nvlink_domains, "--nvlink-domains") if nvlink_domains else [None]

@@ -2,20 +2,33 @@
 statistics from SQL)."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any, Optional
 
 import pandas as pd
 import typer
 
 from pmdb import platform as platforms
-from pmdb.cli.common import open_store, render
+from pmdb.cli.common import limit_option, open_store, render, row_limit
 from pmdb.errors import PmdbError
 from simulator import error_stats as error_tables
-from simulator.model_set import check_cache_state
-from simulator.predict import pending_runs, predict_and_store
-from simulator.store_rows import Prediction
+from simulator.chrome_trace import check_destination, write_chrome_trace
+from simulator.model_set import check_cache_state, with_collectives
+from simulator.pending import pending_imports, pending_runs
+from simulator.predict import MODES, check_options, predict_and_store
+from simulator.store_rows import Prediction, prediction_platform
 
 WHAT = ("e2e", "kernel", "baseline", "side-by-side")
+ERROR_TABLE_ROWS = 30  # rows per `pmdb errors` table unless --limit says otherwise
+ERROR_COLUMNS_LAST = ("measured_ms", "predicted_ms", "baseline_ms", "batch_size", "mode", "model_set_id",
+                      "model_set")  # in the tables, after the errors
+ERROR_LABELS = {  # short headers of the `pmdb errors` tables (csv and json keep the views' names)
+    "world_size": "ws", "batch_size": "batch", "model_set_id": "models", "source_platform": "source",
+    "geomean_pct": "gmae%", "min_pct": "min%", "max_pct": "max%", "mean_signed_pct": "signed%",
+    "baseline_geomean_pct": "base%", "test_gmae_pct": "gmae%", "test_mape_pct": "mape%", "version": "ver",
+    "cache_state": "cache", "prediction_id": "id", "measured_ms": "meas_ms", "predicted_ms": "pred_ms",
+    "baseline_ms": "base_ms", "error_pct": "err%", "baseline_error_pct": "base_err%"}
 
 
 def _ms(value: Any) -> str:
@@ -62,8 +75,10 @@ def predict(ctx: typer.Context,
             run_id: Optional[str] = typer.Argument(None, help="Workload run id: predict its captured trace set and "
                                                               "compare with its measured time."),
             trace_set: Optional[int] = typer.Option(None, "--trace-set", help="Predict this trace set id instead."),
-            all_: bool = typer.Option(False, "--all", help="Predict every stored workload run of the platform not yet "
-                                                           "predicted with the current model versions."),
+            all_: bool = typer.Option(False, "--all", help="Predict every stored workload run of the platform, and "
+                                                           "every imported trace set (on its own platform, or "
+                                                           "--target-platform's), not yet predicted with the "
+                                                           "current model versions and simulator rules."),
             mode: str = typer.Option("model", "--mode", help="model (fitted kernel/collective models and overheads) "
                                                              "or replay (kernel and CPU times from the trace itself)."),
             models: str = typer.Option("champion", "--models", help="Model versions: an alias (champion, latest) or "
@@ -82,39 +97,124 @@ def predict(ctx: typer.Context,
                                                          help="Borrow this platform's overhead table (same "
                                                               "semantics), e.g. for a GPU known only by its spec "
                                                               "sheet; the output names it."),
+            export_trace: Optional[Path] = typer.Option(None, "--export-trace", metavar="FILE",
+                                                        help="Also write the simulated iteration as a Chrome trace "
+                                                             "(Perfetto, chrome://tracing): one process per rank, "
+                                                             "every op at its simulated time; gzipped if FILE "
+                                                             "ends in .gz."),
+            collectives: str = typer.Option("in-context", "--collectives",
+                                            help="in-context: collectives priced by their in-context versions "
+                                                 "(`pmdb fit comms-context`) where registered, else the plain "
+                                                 "curve; plain: always the plain microbenchmark curve (stored "
+                                                 "as the spec MODELS+plain)."),
+            log_mlflow: bool = typer.Option(False, "--log-mlflow",
+                                            help="Also log each prediction as an MLflow run (experiment "
+                                                 "pmdb-predictions); off by default: loading MLflow adds ~2 s."),
+            what_if: bool = typer.Option(False, "--what-if", help="Predict a configuration that was not run, "
+                                                                  "derived from --trace-set ID (or RUN_ID): "
+                                                                  "give --batch-size, --world-size or --sharder."),
+            batch_size: Optional[int] = typer.Option(None, "--batch-size", help="With --what-if: the global batch "
+                                                                                "size."),
+            world_size: Optional[int] = typer.Option(None, "--world-size", help="With --what-if: data-parallel "
+                                                                                "ranks (per-rank batch kept "
+                                                                                "without --batch-size)."),
+            sharder: list[str] = typer.Option([], "--sharder", metavar="NAME",
+                                              help="With --what-if: a DLRM sharding plan (naive, random, "
+                                                   "size_greedy, ...); repeatable, one prediction each."),
+            recorded_batch: Optional[int] = typer.Option(None, "--recorded-batch",
+                                                         help="With --what-if: the global batch of a trace set "
+                                                              "that has no workload row (an imported trace)."),
             fmt: str = typer.Option("table", "--format", help="Output format: table, csv or json.")) -> None:
     """Predict the per-iteration time of a workload run or trace set (Algorithm 1 over all ranks), print it with
     the measured time and the error, and store it with the model and overhead versions used."""
     if sum(x is not None and x is not False for x in (run_id, trace_set, all_ or None)) != 1:
         raise PmdbError("give exactly one of: a workload RUN_ID, --trace-set ID, --all")
+    if export_trace is not None:
+        if all_:
+            raise PmdbError("--export-trace writes one prediction: give a RUN_ID or --trace-set, not --all")
+        check_destination(export_trace)
     check_cache_state(cache_state)
+    models = with_collectives(models, collectives)
+    if mode not in MODES:
+        raise PmdbError(f"bad --mode {mode!r}: use model or replay")
+    if what_if or batch_size is not None or world_size is not None or sharder or recorded_batch is not None:
+        if not what_if:
+            raise PmdbError("--batch-size, --world-size, --sharder and --recorded-batch go with --what-if")
+        if all_:
+            raise PmdbError("--what-if derives from one trace set: give --trace-set ID, not --all")
+        if export_trace is not None or log_mlflow:
+            raise PmdbError("--export-trace and --log-mlflow go with a recorded trace set's prediction, not "
+                            "--what-if")
+        from pmdb.cli.whatif import what_if as derive_and_predict
+
+        return derive_and_predict(ctx, trace_set=trace_set, run_id=run_id, batch_size=batch_size,
+                                  world_size=world_size, sharders=sharder, recorded_batch=recorded_batch, mode=mode,
+                                  models=models, target_platform=target_platform, cache_state=cache_state,
+                                  overhead_version=overhead_version, overheads_from=overheads_from, fmt=fmt)
     options = dict(mode=mode, models=models, target_platform=target_platform, cache_state=cache_state,
                    overhead_version=overhead_version, overheads_from=overheads_from)
     with open_store(ctx) as store:
-        platform = platforms.resolve(store, target_platform)
+        platform = (platforms.resolve(store, target_platform) if all_ else
+                    prediction_platform(store, target_platform, trace_set, run_id))
+        check_options(store, platform, **options)  # one line for a bad spec or version, before any run row
         if all_:
-            todo = pending_runs(store, platform, models, cache_state)
-            if not todo:
-                typer.echo(f"every workload run of {platform} with a trace set is predicted with the current models")
-                return
-            with store.run("predict", platform, {"all": True, **options}) as run:
-                rows, warnings = [], []
-                for workload_run in todo:
-                    pid, pred = predict_and_store(store, run.run_id, workload_run_id=workload_run, **options)
-                    warnings += [f"{workload_run}: {w}" for w in pred.warnings]
-                    rows.append({"prediction_id": pid, "workload_run": workload_run, "trace_set": pred.trace_set_id,
-                                 "predicted_ms": round(pred.predicted_us / 1000, 3),
-                                 "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
-                                 "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2)})
-                run.summary = {"predictions": len(rows), "warnings": warnings}
-            render(pd.DataFrame(rows), fmt)
+            ids = _predict_all(store, platform, target_platform, options, fmt)
+            if log_mlflow and ids:
+                _log_mlflow(store, ids, fmt)
             return
         with store.run("predict", platform, {"run_id": run_id, "trace_set": trace_set, **options}) as run:
             pid, pred = predict_and_store(store, run.run_id, trace_set_id=trace_set, workload_run_id=run_id,
-                                          **options)
+                                          timeline=export_trace is not None, **options)
             run.summary = {"prediction_id": pid, "predicted_us": pred.predicted_us, "measured_us": pred.measured_us,
                            "warnings": list(pred.warnings)}
-    _show(pid, pred, fmt)
+        _show(pid, pred, fmt)
+        if log_mlflow:
+            _log_mlflow(store, [pid], fmt)
+    if export_trace is not None:
+        events = write_chrome_trace(export_trace, pred)
+        typer.echo(f"\nsimulated timeline ({events} events): {export_trace}", err=fmt != "table")
+
+
+def _predict_all(store: Any, platform: str, target: Optional[str], options: dict[str, Any], fmt: str) -> list[int]:
+    """``--all``: the pending workload runs of ``platform``, then the pending imported trace sets (of ``target``,
+    or of every platform, each on its own); an imported set that cannot be predicted is named and skipped. Returns
+    the prediction ids."""
+    runs = pending_runs(store, platform, options["models"], options["cache_state"])
+    imports = pending_imports(store, target, options["models"], options["cache_state"], runs_platform=platform)
+    if not runs and not imports:
+        typer.echo(f"every workload run of {platform} with a trace set, and every imported trace set"
+                   f"{'' if target is None else f' of {target}'}, is predicted with the current models")
+        return []
+    with store.run("predict", platform, {"all": True, **options}) as run:
+        rows, warnings = [], []
+        todo = [(r, None, options) for r in runs] + [
+            (None, p.trace_set_id, dict(options, target_platform=p.platform)) for p in imports]
+        for workload_run, trace_set, chosen in todo:
+            try:
+                pid, pred = predict_and_store(store, run.run_id, trace_set_id=trace_set,
+                                              workload_run_id=workload_run, **chosen)
+            except PmdbError as exc:
+                if trace_set is None:
+                    raise
+                warnings.append(f"trace set {trace_set}: {exc}")
+                print(f"pmdb: warning: trace set {trace_set} not predicted: {exc}", file=sys.stderr)
+                continue
+            warnings += [f"{workload_run or f'trace set {trace_set}'}: {w}" for w in pred.warnings]
+            rows.append({"prediction_id": pid, "workload_run": workload_run, "trace_set": pred.trace_set_id,
+                         "target": pred.target_platform, "predicted_ms": round(pred.predicted_us / 1000, 3),
+                         "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
+                         "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2)})
+        run.summary = {"predictions": len(rows), "warnings": warnings}
+    render(pd.DataFrame(rows), fmt)
+    return [row["prediction_id"] for row in rows]
+
+
+def _log_mlflow(store: Any, prediction_ids: list[int], fmt: str) -> None:
+    from simulator.mlflow_log import log_predictions
+
+    runs = log_predictions(store, prediction_ids)
+    typer.echo(f"\nlogged to MLflow (experiment pmdb-predictions): {len(runs)} run(s)"
+               + (f", {runs[0]}" if len(runs) == 1 else ""), err=fmt != "table")
 
 
 def errors(ctx: typer.Context,
@@ -132,7 +232,10 @@ def errors(ctx: typer.Context,
            platform: Optional[str] = typer.Option(None, "--platform",
                                                   help="Only predictions for this target platform and models of "
                                                        "this platform (default: every platform)."),
-           fmt: str = typer.Option("table", "--format", help="Output format: table, csv or json.")) -> None:
+           limit: int = limit_option(ERROR_TABLE_ROWS, "At most this many rows per table (0: all); csv and json "
+                                                       "get every row."),
+           fmt: str = typer.Option("table", "--format", help="Output format: table, csv or json (every column, "
+                                                             "names as in the views).")) -> None:
     """Kernel-model test errors and end-to-end prediction errors (geomean |e|, min, max, n), computed in SQL over
     completed runs (views v_kernel_model_errors, v_prediction_errors, v_e2e_errors)."""
     chosen = list(WHAT) if what == "all" else [w.strip() for w in what.split(",") if w.strip()]
@@ -141,10 +244,10 @@ def errors(ctx: typer.Context,
         raise PmdbError(f"bad --what {what!r}: use {', '.join(WHAT)} or all")
     if mode is not None and mode not in ("model", "replay"):
         raise PmdbError(f"bad --mode {mode!r}: use model or replay")
+    cap = row_limit(limit)
     with open_store(ctx, read_only=True) as store:
-        known = store.query("SELECT name FROM platforms ORDER BY name")["name"].tolist()
-        if platform is not None and platform not in known:
-            raise PmdbError(f"unknown platform {platform!r} (known: {', '.join(known) or 'none'})")
+        if platform is not None:
+            platforms.load(store, platform)  # the one-line unknown-platform error
         tables = {
             "e2e": ("end-to-end prediction errors (% of measured)",
                     lambda: error_tables.e2e_errors(store, by, mode, platform)),
@@ -156,9 +259,15 @@ def errors(ctx: typer.Context,
                              lambda: error_tables.named(store, "model_sets_side_by_side"))}
         for name in chosen:
             title, make = tables[name]
-            if fmt == "table":
-                typer.echo(f"\n{title}:")
-            render(make(), fmt)
+            if fmt != "table":
+                render(make(), fmt)
+                continue
+            typer.echo(f"\n{title}:")
+            frame = make()
+            last = [c for c in ERROR_COLUMNS_LAST if c in frame.columns]  # the errors first
+            render(frame[[c for c in frame.columns if c not in last] + last], limit=cap,
+                   labels=ERROR_LABELS, lift=("platform", "mode", "model_set_id"),
+                   legend=("model_set_id", "model_set"))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,10 +1,12 @@
 """``pmdb quickstart``: the whole loop on this machine with a reduced default asset set (what ``make demo`` runs).
 
-measure (ops, comms, workloads) -> fit (kernel/collective models, overheads) -> predict -> error table -> report.
+measure (ops, comms, workloads) -> fit (kernel/collective models, overheads) -> predict -> a GPU what-if from the
+sample shipped in ``pmdb/samples/gpu`` -> error table -> report, then a one-screen summary (``report.summary``).
 Each step is the ordinary pmdb command it names; a step that completed before is not run again (resumable).
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -12,6 +14,7 @@ import typer
 
 from pmdb.cli.common import workspace
 from pmdb.errors import PmdbError
+from pmdb.store_check import pmdb_command
 from pmdb.store import Store
 
 
@@ -25,6 +28,31 @@ class Step:
 _TRANSFORMER = ("--layers", "2", "--hidden", "64", "--heads", "4", "--seq-len", "64", "--batch-size", "8",
                 "--iters", "20", "--warmup", "5")
 _DLRM = ("--preset", "dlrm_test", "--iters", "20", "--warmup", "5")
+GPU_FIT_BUDGET_MINUTES = "0.25"   # the GPU what-if's fit (gbdt, the GEMM tables' champion family): ~20 s
+
+
+def gpu_steps() -> list[Step]:
+    """Predict a training step measured on a real V100 from the shipped sample only (no GPU, no ../shared): the
+    kernel models are fitted on the sample's kernel tables, never on the measured step."""
+    from pmdb.samples import gpu
+
+    what = "GPU what-if: "
+    return [
+        Step("gpu-spec", ("platform-specs", str(gpu.SPEC_SHEET)), what + "register the V100's spec sheet"),
+        Step("gpu-kernels", ("collect", "import-ops", str(gpu.KERNELS), "--format", "neusight", "--platform",
+                             gpu.PLATFORM), what + "import the V100 kernel-table sample (NeuSight)"),
+        Step("gpu-fit", ("fit", "--platform", gpu.PLATFORM, "--all", "--family", "gbdt", "--budget-minutes",
+                         GPU_FIT_BUDGET_MINUTES, "--no-progress", "--summary"),
+             what + "fit the V100's kernel models on the sample"),
+        Step("gpu-capture", ("collect", "workload", "transformer", "--graph-only", "--config", str(gpu.MODEL_CONFIG),
+                             "--batch-size", str(gpu.BATCH_SIZE), "--seq-len", str(gpu.SEQ_LEN)),
+             what + "capture the BERT-large training step shape-only on this CPU"),
+        Step("gpu-truth", ("collect", "import-e2e", str(gpu.LABEL), "--format", "neusight", "--platform",
+                           gpu.PLATFORM, "--model-configs", str(gpu.MODEL_CONFIGS)),
+             what + "import that step as measured on a real V100 (ground truth)"),
+        Step("gpu-predict", ("predict", "--all", "--target-platform", gpu.PLATFORM),
+             what + "predict the step on the V100 with its kernel models"),
+    ]
 
 
 def steps(report_dir: str) -> list[Step]:
@@ -44,9 +72,11 @@ def steps(report_dir: str) -> list[Step]:
     plan += [
         Step("ops-from-traces", ("collect", "ops", "--from-traces"),
              "kernel microbenchmarks of the op shapes the recorded workloads contain (shapes only, no timings)"),
-        Step("fit", ("fit", "--all", "--budget-minutes", "6"), "fit kernel and collective models (MLflow registry)"),
+        Step("fit", ("fit", "--all", "--budget-minutes", "6", "--summary"),
+             "fit kernel and collective models (MLflow registry)"),
         Step("overheads", ("fit", "overheads"), "extract CPU overheads from the traces"),
         Step("predict", ("predict", "--all"), "predict every workload run from its traces"),
+        *gpu_steps(),
         Step("errors", ("errors",), "error statistics from SQL"),
         Step("report", ("report", "-o", report_dir), "report: figures and an HTML page"),
     ]
@@ -98,11 +128,23 @@ def quickstart(ctx: typer.Context,
             raise KeyboardInterrupt
         if code != 0:
             raise PmdbError(f"quickstart step {step.name!r} failed (exit {code}); what completed is kept: "
-                            f"run `pmdb quickstart` again to resume")
+                            f"run `{pmdb_command(ws, 'quickstart')}` again to resume")
         _mark_done(ws, step.name, time.monotonic() - t0)
         typer.echo(f"    done in {time.monotonic() - t0:.0f} s")
-    typer.echo(f"quickstart finished in {(time.monotonic() - started) / 60:.1f} min; "
-               f"report in {ws.reports_dir}/index.html")
+    print_summary(ws, f"== quickstart finished in {(time.monotonic() - started) / 60:.1f} min; latest "
+                      f"model-mode prediction of each run:")
+
+
+def print_summary(ws, title: str) -> None:
+    """The one-screen summary (report.summary): at most 24 lines of at most 80 columns, ``title`` first."""
+    from report.summary import render, summarize
+
+    with Store.open(ws, read_only=True) as store:
+        summary = summarize(store)
+    report = ws.reports_dir / "index.html"
+    shown = os.path.relpath(report)    # `make demo`: pmdb-workspace/reports/index.html
+    for line in render(summary, str(report) if shown.startswith("..") else shown, title=title):
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,19 +15,19 @@ def report(ctx: typer.Context,
            platform: Optional[str] = typer.Option(None, "--platform", help="Only this platform's models, "
                                                   "measurements and studies (default: every platform)."),
            output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder to write index.html and the "
-                                                 "PNG figures into (default: <workspace>/report).")) -> None:
-    """Write kernel-model error histograms, collective curves (Fig. 9), predicted vs measured vs baseline (Fig.
-    10/11), per-rank stream breakdowns (Fig. 2), the sharding table (Table IV) and planner sweeps as an HTML page
-    that opens offline; sections without data say what is missing."""
+                                                 "PNG figures into (default: <workspace>/reports).")) -> None:
+    """Write kernel-model held-out errors, collective curves with their errors (Fig. 9), predicted vs measured vs
+    baseline with the measured spread (Fig. 10/11), per-rank stream breakdowns (Fig. 2), the sharding table (Table
+    IV) and planner sweeps as an HTML page that opens offline; sections without data say what is missing."""
     from report.build import build_report
 
-    out = output or workspace(ctx).home / "report"
+    out = output or workspace(ctx).reports_dir
     with open_store(ctx, read_only=True) as store:
         if platform is not None and not store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [platform]):
             raise PmdbError(f"unknown platform {platform!r} (`pmdb status` lists them)")
         made = build_report(store, out, platform)
-    rows = [{"section": s.title, "figures": ", ".join(s.figures) or "-", "missing": s.missing or ""}
-            for s in made.sections]
+    rows = [{"section": s.key, "figures": len(s.figures), "warnings": len(s.warnings),
+             "missing": s.missing or ""} for s in made.sections]
     render(pd.DataFrame(rows))
     typer.echo(f"\nwrote {made.page} and {len(made.figures)} figure(s)")
 

@@ -79,12 +79,26 @@ def shard(
         if study:
             if task is not None or tables is not None or plan:
                 raise PmdbError("--study draws its own tasks: do not give --task, --tables or --plan")
+            _check(store, name, settings, world_size or 2)
             _experiment(store, name, settings, args, count=count, seed=seed, world_size=world_size or 2,
                         batch_size=batch_size, max_rows=max_rows, dim=dim, datasets=datasets, fmt=fmt)
             return
         shard_task = resolve_task(store, task_id=task, tables_file=tables, world_size=world_size,
                                   batch_size=batch_size, mlp_preset=mlp_preset)
+        _check(store, name, settings, shard_task.world_size, shard_task)
         _single(store, name, shard_task, settings, args, fmt)
+
+
+def _check(store, platform: str, settings, world_size: int, task=None) -> None:
+    """Before a run row is made: the plans can be built (plan files exist and fit the task) and the platform has
+    the models and overhead version asked for (a session loads models lazily: this only selects them)."""
+    from shard.plans import build_plans
+    from shard.predict import PlanPredictor
+
+    if task is not None:
+        build_plans(task, settings.sharders, settings.plan_files, settings.run.seed)
+    PlanPredictor(store, platform, world_size, models=settings.models, cache_state=settings.cache_state,
+                  overhead_version=settings.overhead_version, threads=settings.run.threads)
 
 
 def _say(message: str) -> None:

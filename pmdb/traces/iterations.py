@@ -1,9 +1,14 @@
 """Iteration boundaries of a trace, from the markers of ``common.json`` (first one present wins):
 
 * ``span`` markers (``ProfilerStep#N``): each marker event is one iteration; an op belongs to the last marker that
-  started at or before it, and only while that marker lasts (Kineto: the op starts at or before the marker's end;
-  ET: its node id is at most the last id of the marker's subtree). Ops outside every marker (before the first,
-  between two markers, after the last) belong to no iteration (NaN).
+  started at or before it, and only while that marker lasts (Kineto: the op starts before the marker's end, or at
+  its end taking no time; ET: its node id is at most the last id of the marker's subtree). Ops outside every marker
+  (before the first, between two markers, after the last) belong to no iteration (NaN). A step is what its marker
+  spans, and its measured time is the marker's duration: torch.profiler's ``step()`` opens the next marker as the
+  previous one closes, so a training loop's data loading and ``zero_grad`` already run inside the step they serve;
+  what runs in a gap between two markers ran outside every step (pmdb's own passes put the ranks' barrier there,
+  outside the timed step as in the ground truth), and counting it into either neighbour would make that step's
+  graph hold work its measured time does not.
 * ``period_end`` markers (``Optimizer.step#...``): iteration k ends where the k-th marker ends. Ops up to the first
   marker's end are iteration 0, between the ends of markers k-1 and k iteration k, after the last one iteration n.
   Only the periods between two marker ends are complete iterations (trace_iterations rows: 1..n-1).
@@ -41,7 +46,9 @@ def kineto_iterations(ops: pd.DataFrame) -> tuple[pd.Series, pd.DataFrame]:
     if mode == "span":
         idx = np.searchsorted(starts, op_start, side="right") - 1
         iteration = idx.astype(float)
-        iteration[(idx < 0) | (op_start > ends[np.maximum(idx, 0)])] = np.nan
+        end = ends[np.maximum(idx, 0)]
+        after = (op_start > end) | ((op_start == end) & (ops["dur_us"].to_numpy() > 0))   # starts as it ends
+        iteration[(idx < 0) | after] = np.nan
         rows = pd.DataFrame({"iteration": np.arange(len(starts)), "start_us": starts,
                              "dur_us": markers["dur_us"].to_numpy(), "marker": markers["name"].to_numpy()})
         return pd.Series(iteration, index=ops.index), rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import resource
+import time
 
 import pytest
 
@@ -23,7 +24,7 @@ def _limit_file_size() -> None:
 
 
 @pytest.mark.slow
-def test_disk_full_fails_the_run_keeps_committed_rows_and_resume_loses_none(home):
+def test_disk_full_fails_the_run_keeps_committed_rows_and_resume_loses_none(home, record_property):
     child = Child([*quick_sweep_args(home), "--no-progress"], preexec_fn=_limit_file_size)
     code, out, err = child.finish()
     assert code == 1, err
@@ -39,7 +40,9 @@ def test_disk_full_fails_the_run_keeps_committed_rows_and_resume_loses_none(home
     assert query(home, "SELECT count(*) FROM op_measurements WHERE run_id = ?", [run_id])[0][0] == kept
     assert query(home, "SELECT count(*) FROM v_op_measurements")[0][0] == 0  # a failed run counts nothing
 
+    started = time.monotonic()
     again = run_pmdb(home, *quick_sweep_args(home)[2:], "--no-progress")
+    record_property("recover_s", round(time.monotonic() - started, 1))  # the re-run that resumes the sweep
     assert again.returncode == 0, again.stderr
     (new_id, summary), = query(home, "SELECT run_id, summary FROM collection_runs WHERE status = 'completed'")
     summary = json.loads(summary)
@@ -49,3 +52,5 @@ def test_disk_full_fails_the_run_keeps_committed_rows_and_resume_loses_none(home
     # nothing lost, nothing twice: every (config, cache state) of the sweep exactly once, in the completed run
     total, distinct = query(home, "SELECT count(*), count(DISTINCT (config_key, cache_state)) FROM v_op_measurements")[0]
     assert total == distinct == kept + summary["rows_written"] == 384
+    record_property("rows_kept", kept)
+    record_property("rows_lost", kept - summary["rows_resumed"])

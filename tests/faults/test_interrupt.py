@@ -1,17 +1,20 @@
-"""Ctrl-C (a real SIGINT) and kill -9 of a real `pmdb collect ops` child: one line saying what was kept, readers
+"""Ctrl-C (a real SIGINT), SIGTERM and kill -9 of a real `pmdb collect ops` child: one line saying what was kept, readers
 see the killed run as interrupted, and a re-run resumes (adopts) the finished configs instead of measuring again."""
 from __future__ import annotations
 
 import json
 import signal
+import time
 
 import pytest
 
 from .conftest import Child, last_line, query, quick_sweep_args, run_pmdb
 
 
-def _resume_adopts(home, interrupted_id: str, kept: int) -> None:
+def _resume_adopts(home, interrupted_id: str, kept: int, record_property) -> None:
+    started = time.monotonic()
     again = run_pmdb(home, *quick_sweep_args(home)[2:], "--no-progress")
+    record_property("recover_s", round(time.monotonic() - started, 1))  # the re-run that resumes the sweep
     assert again.returncode == 0, again.stderr
     (summary,), = query(home, "SELECT summary FROM collection_runs WHERE status = 'completed'")
     summary = json.loads(summary)
@@ -22,13 +25,16 @@ def _resume_adopts(home, interrupted_id: str, kept: int) -> None:
     assert summary["configs_resumed"] > 0 or kept == 0
     total, distinct = query(home, "SELECT count(*), count(DISTINCT (config_key, cache_state)) FROM v_op_measurements")[0]
     assert total == distinct == 384  # nothing lost, nothing measured twice
+    record_property("rows_kept", kept)
+    record_property("rows_lost", kept - summary["rows_resumed"])
 
 
 @pytest.mark.slow
-def test_sigint_says_what_was_kept_and_rerun_resumes(home):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_interrupt_says_what_was_kept_and_rerun_resumes(home, record_property, sig):
     child = Child(quick_sweep_args(home))
     child.wait_for(lambda c: c.configs_done() >= 20)
-    child.proc.send_signal(signal.SIGINT)
+    child.proc.send_signal(sig)
     code, out, err = child.finish()
     assert code == 130
     assert "Traceback" not in err
@@ -38,11 +44,11 @@ def test_sigint_says_what_was_kept_and_rerun_resumes(home):
     assert status == "interrupted" and run_id in line
     kept = query(home, "SELECT count(*) FROM op_measurements WHERE run_id = ?", [run_id])[0][0]
     assert f"kept {kept} rows" in line and kept >= 20  # the batch in flight was written before exiting
-    _resume_adopts(home, run_id, kept)
+    _resume_adopts(home, run_id, kept, record_property)
 
 
 @pytest.mark.slow
-def test_kill_9_shows_interrupted_to_readers_and_rerun_resumes(home):
+def test_kill_9_shows_interrupted_to_readers_and_rerun_resumes(home, record_property):
     child = Child(quick_sweep_args(home))
     child.wait_for(lambda c: c.configs_done() >= 60)  # past the first 5 s batch
     child.proc.send_signal(signal.SIGKILL)
@@ -55,4 +61,4 @@ def test_kill_9_shows_interrupted_to_readers_and_rerun_resumes(home):
     shown = run_pmdb(home, "sql", "SELECT status FROM collection_runs", "--format", "csv")
     assert shown.stdout.split() == ["status", "interrupted"]
     kept = query(home, "SELECT count(*) FROM op_measurements WHERE run_id = ?", [run_id])[0][0]
-    _resume_adopts(home, run_id, kept)
+    _resume_adopts(home, run_id, kept, record_property)

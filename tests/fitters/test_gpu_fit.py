@@ -26,9 +26,9 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 NEUSIGHT = SHARED / "gpu_kernels" / "neusight"
 V100 = "Tesla_V100-PCIE-32GB"
 SLICES = {"linear": 200, "bmm": 200, "ln": 120, "softmax": 120}
-FWD = ["pmdb.v100.bmm.fwd.device", "pmdb.v100.fully_connected.fwd.device", "pmdb.v100.layer_norm.fwd.device",
-       "pmdb.v100.softmax.fwd.device"]
-BWD = ["pmdb.v100.bmm.bwd.device", "pmdb.v100.fully_connected.bwd.device"]
+FWD = ["bmm.fwd.device~v100", "fully_connected.fwd.device~v100", "layer_norm.fwd.device~v100",
+       "softmax.fwd.device~v100"]
+BWD = ["bmm.bwd.device~v100", "fully_connected.bwd.device~v100"]
 
 
 def write_slice(gpu_dir: str, op: str, out: Path, rows: int, seed: int = 0) -> Path:
@@ -76,7 +76,7 @@ def test_every_forward_group_gets_three_families_with_test_metrics(shared_data, 
     roofline = fwd[fwd["family"] == "roofline"].iloc[0]
     assert '"peak_flops": 14029000000000.0' in roofline["params"] and '"peak_bw": 900000000000.0' in \
         roofline["params"]                               # the sheet's FP32 rate and bandwidth
-    assert re.search(r"pmdb\.v100\.fully_connected\.bwd\.device\s+\d+\s+gemm_shapes", out)
+    assert re.search(r"\bfully_connected\.bwd\.device\s+\d+\s+gemm_shapes", out)
     assert "model versions registered on v100" in out
 
 
@@ -95,7 +95,7 @@ def test_backward_gemms_are_priced_from_the_forward_champion(shared_data, fitted
     assert (versions["n_test"] == 0).all() and versions["test_gmae"].isna().all()   # nothing measured backward
     assert set(versions["data_hash"]) <= set(hashes["data_hash"])   # trained on the forward rows
     for op in ("fully_connected", "bmm"):
-        forward = load_model(ws, f"pmdb.v100.{op}.fwd.device", "champion")
+        forward = load_model(ws, f"{op}.fwd.device~v100", "champion")
         ref = models.kernel(op, "bwd")     # what simulator/timing.py asks for an op's backward pass
         assert ref is not None and ref.family == "gemm_shapes"
         frame = params.assign(B=[1.0, 4.0, 12.0]) if op == "bmm" else params

@@ -78,8 +78,8 @@ def test_champions_are_loaded_and_named_with_their_versions(fitted):
         models = registered_models(store, BOX)
         champions = store.query("SELECT name, version FROM model_aliases WHERE alias = 'champion' ORDER BY name")
     assert models is not None
-    gemm_name = f"pmdb.{BOX}.fully_connected.fwd.cold"
-    assert set(champions["name"]) == {gemm_name, f"pmdb.{BOX}.all_reduce.ws2"}
+    gemm_name = f"fully_connected.fwd.cold~{BOX}"
+    assert set(champions["name"]) == {gemm_name, f"all_reduce.ws2~{BOX}"}
     for name, version in zip(champions["name"], champions["version"]):
         assert f"{name} v{version}" in models.label
     assert set(models.collectives) == {("all_reduce", 2)}
@@ -140,4 +140,4 @@ def test_plan_cli_says_which_versions_timed_what(fitted, capsys):
     assert main([*args, "--calibrated"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"timed by: .*gemm: calibrated \d+", out)
-    assert re.search(rf"registered champion models of {BOX}: pmdb\.{BOX}\.fully_connected\.fwd\.cold v\d+", out)
+    assert re.search(rf"registered champion models of {BOX}: fully_connected\.fwd\.cold~{BOX} v\d+", out)

@@ -17,7 +17,7 @@ def _platform(store, name="p"):
 
 def test_open_without_workspace_says_how_to_create(tmp_path):
     from pmdb.config import Workspace
-    with pytest.raises(PmdbError, match="pmdb init"):
+    with pytest.raises(PmdbError, match=r"create it with `pmdb --home .*missing init`"):
         Store.open(Workspace(tmp_path / "missing"))
 
 

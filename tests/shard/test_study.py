@@ -53,16 +53,20 @@ def test_tiny_validated_study_end_to_end(shard_ws, capsys):
         assert (study["chosen"], study["fastest"], bool(study["success"])) == (chosen, fastest, ok)
         assert study["chosen_slowdown"] == pytest.approx(slowdown)
         assert (plans["measured_us"] > 0).all() and plans["measured_runs"].map(len).eq(1).all()
-        # each plan's prediction is stored on a derived trace set named after the plan, with its model versions; it
-        # stays out of `pmdb predict`'s way (no workload id) and out of the E2E error views (ground truth is here)
-        preds = store.query("SELECT p.prediction_id, p.measured_us, t.source, t.label, t.workload_id FROM predictions p "
-                            "JOIN trace_sets t USING (trace_set_id) WHERE p.prediction_id IN (SELECT unnest(?::BIGINT[]))",
-                            [plans["prediction_id"].astype(int).tolist()])
-        assert len(preds) == 3 and set(preds["source"]) == {"derived"} and preds["workload_id"].isna().all()
+        # each plan's prediction is stored on a derived trace set named after the plan, with its parent (the capture)
+        # and its model versions; validated, it is judged against the plan's measured runs and belongs to the plan's
+        # workload, so the E2E error views (the report's Fig. 10/11) list it; `pmdb predict` never picks it (derived)
+        preds = store.query("SELECT p.prediction_id, p.measured_us, p.workload_run_id, t.source, t.label, "
+                            "t.parent_trace_set_id, w.sharder FROM predictions p JOIN trace_sets t "
+                            "USING (trace_set_id) JOIN workloads w USING (workload_id) WHERE p.prediction_id IN "
+                            "(SELECT unnest(?::BIGINT[]))", [plans["prediction_id"].astype(int).tolist()])
+        assert len(preds) == 3 and set(preds["source"]) == {"derived"} and (preds["parent_trace_set_id"] == captured).all()
         assert sorted(label.split()[1] for label in preds["label"]) == sorted(SHARDERS.split(","))
-        assert preds["measured_us"].isna().all()
-        assert not store.scalar("SELECT count(*) FROM v_prediction_errors WHERE prediction_id IN "
-                                "(SELECT unnest(?::BIGINT[]))", [plans["prediction_id"].astype(int).tolist()])
+        assert sorted(preds["sharder"]) == sorted(SHARDERS.split(","))
+        judged = dict(zip(preds["sharder"], preds["measured_us"]))
+        assert all(judged[s] == pytest.approx(m) for s, m in measured.items())
+        assert store.scalar("SELECT count(*) FROM v_prediction_errors WHERE prediction_id IN "
+                            "(SELECT unnest(?::BIGINT[]))", [plans["prediction_id"].astype(int).tolist()]) == 3
         used = store.query("SELECT name, sum(ops_predicted) AS n FROM prediction_models WHERE prediction_id = ? "
                            "GROUP BY name", [int(plans["prediction_id"].iloc[0])])
         lookups = used[used["name"].str.contains("embedding_lookup")]

@@ -29,6 +29,12 @@ def cpu_trace_files(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def mlp_trace_files(tmp_path_factory) -> dict[str, Path]:
+    """Kineto and ET passes of a one-rank MLP training step (batch 8; :func:`recording.record_cpu_passes`)."""
+    return recording.record_cpu_passes(tmp_path_factory.mktemp("mlp_step"))
+
+
 @pytest.fixture
 def cpu_trace_set(store, cpu_trace_files) -> tuple[Store, int, str]:
     """(store, trace set id, platform) of the 2-rank CPU step, tagged with this machine's platform."""

@@ -181,7 +181,9 @@ def test_cli(workspace, tmp_path, capsys):
     with Store.open(workspace, read_only=True) as store:
         assert store.scalar("SELECT count(*) FROM collection_runs") == 0
     assert main(home + [str(label.parent), "--format", "neusight", "--platform", "t4", "--create-platform"]) == 0
-    assert re.search(r"tiny_gpt2\s+2\s+16\s+1000.0\s+2000.0\s+3000.0", capsys.readouterr().out)
+    shown = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())  # one row: a field per line
+    assert (shown["model"], shown["batch"], shown["seq"]) == ("tiny_gpt2", "2", "16")
+    assert (float(shown["fw_us"]), float(shown["bw_us"]), float(shown["e2e_us"])) == (1000, 2000, 3000)
     assert main(home + [str(label), "--format", "neusight", "--platform", "t4"]) == 0
     assert "nothing new to import on platform t4" in capsys.readouterr().out
     assert main(home + ["--help"]) == 0 and "--create-platform" in capsys.readouterr().out

@@ -45,14 +45,14 @@ def test_embedding_default_configs_are_fixed_and_mix_heavy_and_light_tables():
 
 
 def test_default_embedding_sweep_covers_the_dlrm_presets_tables():
-    from collectors.ops.embedding import BIG_COUNT, DEFAULT_COUNT, table_bytes
+    from collectors.ops.embedding import BIG_COUNT, DEFAULT_COUNT, HEAVY_COUNT, table_bytes
     from collectors.ops.sweep import default_memory_cap
     from collectors.workloads.dlrm_presets import PRESETS
 
     spec = catalogue.get("embedding_lookup")
     configs = spec.configs("default", np.random.default_rng(0), 0)
-    assert len(configs) == DEFAULT_COUNT + BIG_COUNT and len(set(_keys(configs))) == len(configs)
-    small, big = configs[:DEFAULT_COUNT], configs[DEFAULT_COUNT:]
+    assert len(configs) == DEFAULT_COUNT + BIG_COUNT + HEAVY_COUNT and len(set(_keys(configs))) == len(configs)
+    small, big = configs[:DEFAULT_COUNT], configs[DEFAULT_COUNT:DEFAULT_COUNT + BIG_COUNT]
     assert max(table_bytes(c) for c in small) <= 32 * 2 ** 20  # the first configs are those stores already hold
     assert all(spec.memory(c) <= default_memory_cap() for c in big)
     for preset in PRESETS.values():
@@ -61,6 +61,26 @@ def test_default_embedding_sweep_covers_the_dlrm_presets_tables():
         assert any(max(c["E"]) >= rows for c in big), preset.name
         assert max(table_bytes(c) for c in big) >= total, preset.name
     assert sum(table_bytes(c) > 256 * 2 ** 20 for c in big) >= BIG_COUNT // 4
+
+
+def test_default_embedding_sweep_covers_one_rank_of_the_studys_heavy_tasks():
+    """The sharding study's heavy tasks (world size 2, batch 512, E <= 100k, D 64) put 1e7-4e7 lookups and 100-400
+    MB of tables on a rank: the heavy stratum's configs reach that, all tables heavy, under a few GiB each."""
+    from collectors.ops.embedding import BIG_COUNT, DEFAULT_COUNT, HEAVY_COUNT, table_bytes
+    from collectors.workloads.tasks import generate
+
+    spec = catalogue.get("embedding_lookup")
+    heavy = spec.configs("default", np.random.default_rng(0), 0)[DEFAULT_COUNT + BIG_COUNT:]
+    assert len(heavy) == HEAVY_COUNT
+    assert all(min(c["L"]) >= 20 for c in heavy) and all(table_bytes(c) > 64 * 2 ** 20 for c in heavy)
+    assert all(spec.memory(c) <= 2.5 * 2 ** 30 for c in heavy)
+    lookups = [c["B"] * float(np.dot(c["L"], c["D"])) for c in heavy]
+    for task in generate(10, 0, 2, memory_bytes=16 * 2 ** 30, kind="heavy", dim=64, max_rows=100_000):
+        per_rank = 512 * 64 * sum(t["pooling"] for t in task["tables"]) / 2
+        assert max(lookups) >= per_rank          # the sweep reaches every task's per-rank lookups
+    assert max(table_bytes(c) for c in heavy) >= 2 * max(
+        sum(4 * t["num_rows"] * t["dim"] for t in task["tables"]) / 2
+        for task in generate(10, 0, 2, memory_bytes=16 * 2 ** 30, kind="heavy", dim=64, max_rows=100_000))
 
 
 def test_large_grid_is_larger():

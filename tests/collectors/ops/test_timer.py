@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
 from collectors.ops.kernels import kernel_breakdown
-from collectors.ops.timer import CacheFlusher, TimerSettings, Timing, measure, time_cpu, timing_environment
+from collectors.ops.timer import (CacheFlusher, TimerSettings, Timing, measure, time_cpu, time_cpu_both,
+                                  timing_environment)
 
 
 @pytest.fixture
@@ -48,13 +50,69 @@ def test_repeats_until_min_time_and_min_reps():
 
 
 def test_cold_flushes_before_every_repetition_and_is_slower(one_thread):
+    """Fastest cold against fastest warm repetition, over three alternating rounds: a neighbour evicting the warm
+    operands (or preempting a repetition) slows some repetitions, never every one. The operands (512 KiB) fit one
+    core's L2 (2 MiB here): warm they are read from it, cold the 64 MiB stream has pushed them out, whatever the size
+    of the shared last-level cache (480 MiB on this host: operands of a few MiB stay in it through a 64 MiB flush)."""
     flusher = CountingFlusher(64 * 2 ** 20)
-    data = torch.rand(2 * 2 ** 20)  # 8 MiB: fits the last-level cache when warm
-    settings = TimerSettings(warmup=1, min_reps=10, cold_min_reps=10, cold_max_reps=10)
-    cold = measure(lambda: data.sum(), "cold", settings, torch.device("cpu"), flusher)
-    assert flusher.count == cold.repetitions == 10
-    warm = measure(lambda: data.sum(), "warm", settings, torch.device("cpu"), None)
-    assert cold.min_us > 1.1 * warm.min_us
+    data = torch.rand(2 ** 17)  # 512 KiB
+    settings = TimerSettings(warmup=1, min_reps=30, max_reps=30, min_time_us=0, cold_min_reps=10, cold_max_reps=10,
+                             cold_min_time_us=0)
+    colds, warms = [], []
+    for _ in range(3):
+        before = flusher.count
+        cold = measure(lambda: data.sum(), "cold", settings, torch.device("cpu"), flusher)
+        assert flusher.count - before == cold.repetitions == 10
+        colds.append(cold.min_us)
+        warms.append(measure(lambda: data.sum(), "warm", settings, torch.device("cpu"), None).min_us)
+    assert min(colds) > 1.1 * min(warms)
+
+
+class LoggingFlusher(CacheFlusher):
+    """A real flusher that logs its flushes in a shared list."""
+
+    def __init__(self, log: list[str]):
+        super().__init__(2 ** 20)
+        self.log = log
+
+    def flush(self) -> None:
+        super().flush()
+        self.log.append("flush")
+
+
+def test_warm_and_cold_repetitions_alternate():
+    log: list[str] = []
+    settings = TimerSettings(warmup=1, min_reps=6, max_reps=6, min_time_us=0, cold_min_reps=3, cold_max_reps=3,
+                             cold_min_time_us=0)
+    warm, cold = time_cpu_both(lambda: log.append("call"), settings, LoggingFlusher(log))
+    assert (warm.repetitions, cold.repetitions, warm.warmup, cold.warmup) == (6, 3, 1, 0)
+    # warm-up, then (flush, cold call, warm call) x 3, then the warm state alone
+    assert log == ["call"] + ["flush", "call", "call"] * 3 + ["call"] * 3
+
+
+def _preempted(slow_calls: int, slow_s: float, fast_s: float):
+    """A callable whose first ``slow_calls`` calls sleep ``slow_s`` (a preempted repetition), later ones ``fast_s``."""
+    calls = []
+
+    def fn() -> None:
+        calls.append(1)
+        time.sleep(slow_s if len(calls) <= slow_calls else fast_s)
+    return fn
+
+
+def test_repetitions_are_added_while_the_median_looks_preempted():
+    settings = TimerSettings(warmup=0, min_reps=5, max_reps=9, min_time_us=0)
+    adaptive = time_cpu(_preempted(3, 0.03, 0.002), settings)        # 3 of the first 5 slowed
+    assert 7 <= adaptive.repetitions <= 9 and adaptive.median_us < 15_000
+    fixed = time_cpu(_preempted(3, 0.03, 0.002), replace(settings, spread_limit=float("inf")))
+    assert fixed.repetitions == 5 and fixed.median_us > 25_000      # without the rule the slowed ones are the median
+    capped = time_cpu(_preempted(3, 0.03, 0.002), replace(settings, max_reps=6))
+    assert capped.repetitions == 6                                   # never beyond the state's max_reps
+
+
+def test_jitter_below_the_floor_adds_nothing():
+    settings = TimerSettings(warmup=0, min_reps=5, max_reps=50, min_time_us=0)
+    assert time_cpu(lambda: None, settings).repetitions == 5      # µs spreads are not preemptions
 
 
 def test_cold_needs_a_flusher():

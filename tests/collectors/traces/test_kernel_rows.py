@@ -179,7 +179,7 @@ def test_fit_runs_on_mined_conv2d(mined, capsys):
                 "--budget-minutes", "0.05") == 0
     with Store.open(ws) as store:
         names = set(store.query("SELECT name FROM model_versions")["name"])
-    assert {f"pmdb.{GPU}.conv2d.fwd.device", f"pmdb.{GPU}.conv2d.bwd.device"} <= names
+    assert {f"conv2d.fwd.device~{GPU}", f"conv2d.bwd.device~{GPU}"} <= names
 
 
 # ---- small hand-written traces ---------------------------------------------------------------------------------

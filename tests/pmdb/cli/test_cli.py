@@ -55,7 +55,7 @@ def test_platform_name_override(tmp_path):
 
 
 @pytest.mark.parametrize("args, pattern", [
-    (["status"], r"no pmdb workspace at .*pmdb init"),
+    (["status"], r"no pmdb workspace at (\S+) \(create it with `pmdb --home \1 init`"),
     (["runs"], r"no pmdb workspace"),
     (["sql", "SELECT 1"], r"no pmdb workspace"),
 ])
@@ -151,7 +151,7 @@ def test_quickstart_step_failure_keeps_going_later_and_completed_steps_are_reuse
     from pmdb.config import Workspace
     home = tmp_path / "fresh"
     failed = pmdb(home, "quickstart", "--only", "overheads", check=False)  # no traces yet: the step must fail
-    assert failed.returncode == 2 and "run `pmdb quickstart` again to resume" in failed.stderr
+    assert failed.returncode == 2 and f"run `pmdb --home {home} quickstart` again to resume" in failed.stderr
     assert not quickstart._done(Workspace(home), "overheads")
     quickstart._mark_done(Workspace(home), "ops", 1.0)
     assert "done before, reused" in pmdb(home, "quickstart", "--only", "ops").stdout

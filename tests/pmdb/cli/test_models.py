@@ -66,17 +66,20 @@ def test_fit_needs_a_selection_and_enough_data(home):
 def test_fit_models_and_promote(home):
     fitted = pmdb(home, "fit", "--op", "all_reduce", "--platform", PLATFORM, "--no-progress")
     assert fitted.returncode == 0, fitted.stderr
-    name = f"pmdb.{PLATFORM}.all_reduce.ws2"
-    assert name in fitted.stdout and "1 model versions registered" in fitted.stdout, fitted.stdout
+    name = f"all_reduce.ws2~{PLATFORM}"   # the fit table leaves out '@<platform>' (printed below it)
+    assert "all_reduce.ws2" in fitted.stdout and name not in fitted.stdout, fitted.stdout
+    assert f"1 model versions registered on {PLATFORM}" in fitted.stdout, fitted.stdout
     with Store.open(Workspace(home)) as store:  # a second version, fitted in-process (saves a process start)
         fit_models(store, Workspace(home), PLATFORM, FitOptions(ops=["all_reduce"], progress=False))
-    listed = json.loads(pmdb(home, "models", "--platform", PLATFORM, "--format", "json").stdout)
+    listed = json.loads(pmdb(home, "models", "--platform", PLATFORM, "--all", "--format", "json").stdout)
     assert [(r["version"], r["aliases"]) for r in listed] == [(2, "champion,latest"), (1, None)], listed
     assert all(r["gmae_pct"] < 1.0 and r["n_test"] == 4 for r in listed), listed  # exact curve: ~0 held-out error
     promoted = pmdb(home, "models", "promote", name, "1")
     assert promoted.returncode == 0 and "champion -> version 1" in promoted.stdout, promoted.stderr
     champion = json.loads(pmdb(home, "models", "--alias", "champion", "--format", "json").stdout)
     assert [r["version"] for r in champion] == [1], champion
+    default = json.loads(pmdb(home, "models", "--format", "json").stdout)  # each name's champion
+    assert [(r["name"], r["version"]) for r in default] == [(name, 1)], default
     one_line_error(pmdb(home, "models", "promote", name, "9"), r"has no version 9")
 
 

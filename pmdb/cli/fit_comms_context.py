@@ -1,0 +1,57 @@
+"""``pmdb fit comms-context``: the collectives' in-context term, fitted on the collectives of the platform's stored
+multi-rank traces against the plain microbenchmark curves (:mod:`fitters.collective_context`)."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from pmdb import platform as platforms
+from pmdb.cli.common import PlatformOption, open_store, render, workspace
+from pmdb.errors import PmdbError
+
+
+def comms_context(ctx: typer.Context,
+                  collective: Optional[List[str]] = typer.Option(None, "--collective", help="Collective to fit "
+                                                                 "(repeatable; default: every traced one)."),
+                  trace_set: Optional[List[int]] = typer.Option(None, "--trace-set", help="Trace set to learn from "
+                                                                "(repeatable; default: every recorded multi-rank "
+                                                                "set of the platform)."),
+                  platform: Optional[str] = PlatformOption,
+                  seed: int = typer.Option(0, "--seed", help="Seed of the split of the trace sets.")) -> None:
+    """Fit how much slower collectives run inside training steps than their microbenchmark curve (see HELP)."""
+    from fitters.collective_context import ContextOptions, fit_in_context
+    from simulator.threads import comm_shares_core
+
+    if collective is not None and not all(c.strip() for c in collective):
+        raise PmdbError("--collective needs a collective name, e.g. all_reduce")
+    options = ContextOptions(list(collective) if collective else None, list(trace_set) if trace_set else None, seed)
+    with open_store(ctx) as store:
+        record = platforms.load(store, platforms.resolve(store, platform))
+        results, notes = fit_in_context(store, workspace(ctx), record.name,
+                                        lambda world, threads: comm_shares_core(record, world, threads), options)
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+    shown = results.assign(**{f"{m}_%": (100 * results[f"{m}_gmae"]).round(1)
+                              for m in ("test", "plain", "replicate")})
+    shown["factor"] = shown["factor"].round(3)
+    shown["slope"] = shown["slope"].round(3)
+    render(shown[["collective", "world_size", "version", "factor", "slope", "n_train", "n_test", "test_%",
+                  "plain_%", "replicate_%"]].rename(columns={"world_size": "ws", "replicate_%": "noise_%"}))
+    typer.echo(f"{len(results)} in-context versions registered on {record.name}, each its name's champion;\n"
+               f"`pmdb predict` prices collectives with them (`--collectives plain`: without)")
+
+
+HELP = ("Fit the collectives' in-context term: per collective and world size, the factor by which the collectives "
+        "of the platform's stored multi-rank traces (min over ranks of their work on the communication stream, "
+        "without the rank's own compute where the communication thread shares its core) exceed the plain "
+        "microbenchmark curve's champion, as a function of message size.\n\n"
+        "Held out by trace set: test_% is the version's GMAE on the test sets, plain_% the plain curve's on the "
+        "same rows, noise_% the spread of the traced instances themselves (noise floor). Each version "
+        "(<collective>.ws<N>.in_context~<platform>) becomes champion; predictions use it unless given "
+        "--collectives plain.\n\n"
+        "Example: pmdb collect workload dlrm --world-size 2, pmdb fit --all, then pmdb fit comms-context")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("comms-context", help=HELP)(comms_context)

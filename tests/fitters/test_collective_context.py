@@ -1,0 +1,164 @@
+"""The collectives' in-context term on a real 2-rank gloo recording: fitted against a plain curve that is far too
+fast, it scales the curve up, is scored on a held-out trace set, registered, used by predict by default and left
+out with the plain switch."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))  # spawned ranks import the recording helper by name
+
+import recording  # noqa: E402
+
+from collectors.traces.ingest import RankTraces, ingest_trace_set  # noqa: E402
+from fitters.collective import CollectiveParams, bus_factor, curve  # noqa: E402
+from fitters.collective_context import (  # noqa: E402
+    ContextOptions, Factor, context_model_name, fit_factor, fit_in_context, rank_work, traced_collectives)
+from fitters.fit import FitOptions, fit_models  # noqa: E402
+from pmdb import platform as platforms  # noqa: E402
+from pmdb.store import Store  # noqa: E402
+from pmdb.traces.graph import Kernel, Op, RankGraph, Stream  # noqa: E402
+from simulator.model_set import load_model_set  # noqa: E402
+
+from .conftest import cli, one_line_error  # noqa: E402
+
+# a plain curve ~100x faster than any gloo collective on this host (t_s 0.6 µs): traced times exceed it
+FAST = dict(m1=2.0 ** 14, m2=2.0 ** 23, t_s=0.6, bw_max=150.0, k=0.9, x0=18.5)
+
+
+@pytest.fixture(scope="module")
+def gloo_files(tmp_path_factory) -> Path:
+    """Per rank of the 2-rank gloo program (all_reduce, all_to_all_single; 3 marked iterations): Kineto and ET."""
+    out = tmp_path_factory.mktemp("gloo_context")
+    recording.spawn_ranks(recording.gloo_rank, 2, out)
+    return out
+
+
+def _store_set(store: Store, platform: str, files: Path, label: str) -> int:
+    ranks = [RankTraces(r, files / f"kineto_{r}.json", files / f"et_{r}.json") for r in (0, 1)]
+    with store.run("trace", platform, {"label": label}) as run:
+        return ingest_trace_set(store, run.run_id, platform, ranks, label=label, source="captured")
+
+
+def _fast_curves(store: Store, platform: str, synthetic) -> None:
+    sizes = 2.0 ** np.arange(2, 27)
+    for collective in ("all_reduce", "all_to_all"):
+        params = CollectiveParams.continuous(**FAST, mul=bus_factor(collective, 2))
+        synthetic.insert_collectives(store, collective, 2, sizes, curve(params, bus_factor(collective, 2), sizes),
+                                     platform=platform)
+
+
+@pytest.fixture
+def context_store(fit_workspace, gloo_files, synthetic):
+    """(store, platform, trace set ids): this machine's platform with fast plain curves fitted (champions) and the
+    gloo recording stored as two trace sets."""
+    with Store.open(fit_workspace) as store:
+        platform = platforms.resolve(store, None)
+        _fast_curves(store, platform, synthetic)
+        fit_models(store, fit_workspace, platform, FitOptions(family="sigmoid", progress=False))
+        sets = [_store_set(store, platform, gloo_files, f"gloo{i}") for i in (1, 2)]
+        yield store, platform, sets
+
+
+def test_fit_scales_a_too_fast_curve_up_and_scores_a_held_out_trace_set(context_store):
+    store, platform, sets = context_store
+    rows = traced_collectives(store, platform, lambda world, threads: False)
+    assert set(rows["collective"]) == {"all_reduce", "all_to_all"} and set(rows["trace_set_id"]) == set(sets)
+    assert (rows["traced_us"] > 0).all() and (rows["max_rank_bytes"] == 256).all()  # 64 floats per rank
+
+    results, notes = fit_in_context(store, store.workspace, platform, lambda world, threads: False)
+    assert not notes
+    reduce = results.set_index("collective").loc["all_reduce"]
+    assert reduce["factor"] > 1.0                                   # traced durations exceed the plain curve
+    assert reduce["n_test"] > 0 and reduce["n_train"] > 0           # one set trained, the other scored
+    assert reduce["test_gmae"] < reduce["plain_gmae"]               # the plain curve is ~100x too fast
+    assert np.isfinite(reduce["replicate_gmae"])
+    name = context_model_name(platform, "all_reduce", 2)
+    version = store.query("SELECT m.version, m.family, m.test_gmae, m.world_size FROM model_versions m JOIN "
+                          "model_aliases a USING (name, version) WHERE a.name = ? AND a.alias = 'champion'", [name])
+    assert version.at[0, "family"] == "in_context" and version.at[0, "world_size"] == 2
+    assert version.at[0, "test_gmae"] == pytest.approx(reduce["test_gmae"])
+    run_id = store.scalar("SELECT mlflow_run_id FROM model_versions WHERE name = ?", [name])
+    assert list(store.workspace.mlflow_artifacts.glob(f"*/{run_id}/artifacts/plots/*.scatter.png"))
+
+
+def test_predict_prices_with_the_term_and_the_plain_switch_leaves_it_out(context_store):
+    store, platform, sets = context_store
+    fit_in_context(store, store.workspace, platform, lambda world, threads: False, ContextOptions(seed=0))
+    context, plain = load_model_set(store, platform), load_model_set(store, platform, "champion+plain")
+    assert context.collective("all_reduce", 2).family == "in_context"
+    assert plain.collective("all_reduce", 2).family == "sigmoid"
+    assert context.selection.digest != plain.selection.digest      # the error views tell the two apart
+    frame = pd.DataFrame({"max_rank_bytes": [256.0]})
+    scaled = context.collective("all_reduce", 2).model.predict(frame)[0]
+    base = plain.collective("all_reduce", 2).model.predict(frame)[0]
+    assert scaled > 2 * base
+
+    from simulator.predict import predict_trace_set
+
+    with_term = predict_trace_set(store, sets[0])
+    without = predict_trace_set(store, sets[0], models="champion+plain")
+    used, plain_used = {m.name for m in with_term.models}, {m.name for m in without.models}
+    scaled = {context_model_name(platform, c, 2) for c in ("all_reduce", "all_to_all")}
+    assert scaled <= used and not scaled & plain_used
+    assert with_term.predicted_us > without.predicted_us
+
+
+def test_cli_fits_and_predict_takes_the_switch(context_store):
+    store, platform, sets = context_store
+    home = store.workspace.home
+    store.close()
+    code, out, err = cli(home, "fit", "comms-context", "--collective", "all_reduce")
+    assert code == 0, err
+    assert "all_reduce" in out and "all_to_all" not in out and max(map(len, out.splitlines())) <= 80
+    code, out, err = cli(home, "predict", "--trace-set", sets[1], "--collectives", "plain")
+    assert code == 0, err
+    with Store.open(store.workspace) as again:
+        spec = again.scalar("SELECT selection_spec FROM predictions ORDER BY prediction_id DESC LIMIT 1")
+    assert spec == "champion+plain"
+    one_line_error(cli(home, "predict", "--trace-set", sets[1], "--collectives", "neither"), "--collectives")
+
+
+def test_refused_without_traces(fit_workspace):
+    one_line_error(cli(fit_workspace.home, "fit", "comms-context"), "no traced collectives")
+
+
+def test_compute_inside_the_work_is_taken_out_only_when_the_core_is_shared():
+    compute = Op("aten::mm", [Kernel(Stream.COMPUTE, 300.0)], start_us=150.0, cpu_dur_us=300.0)
+    reduce = Op("c10d::allreduce_", [Kernel(Stream.COMM, 1000.0, "gloo:all_reduce", 0.0, "", 20.0)],
+                collective="all_reduce", comm_bytes=1024.0, start_us=100.0, cpu_dur_us=40.0)
+    graph = RankGraph(0, [reduce, compute])
+    assert rank_work(graph, subtract_compute=False) == {0: (1000.0, 1000.0)}
+    assert rank_work(graph, subtract_compute=True) == {0: (700.0, 1000.0)}   # work 120..1120 holds mm 150..450
+
+
+def test_factor_slope_needs_sizes_spanning_octaves():
+    sizes = 2.0 ** np.arange(10, 20)
+    ratios = 2.0 ** (0.25 * (np.log2(sizes) - 15)) * 3.0
+    factor = fit_factor(sizes, ratios)
+    assert factor.b == pytest.approx(0.25 * np.log(2), rel=1e-3)
+    assert factor(np.array([2.0 ** 15]))[0] == pytest.approx(3.0, rel=1e-3)
+    assert factor(np.array([2.0 ** 40]))[0] == pytest.approx(factor(np.array([2.0 ** 19]))[0])  # clipped
+    flat = fit_factor(np.array([1024.0, 2048.0]), np.array([2.0, 8.0]))
+    assert flat.b == 0.0 and isinstance(flat, Factor)
+
+
+def test_the_collectives_choice_keeps_one_version_per_collective():
+    from fitters.load import ModelRef
+    from simulator.model_set import choose_collectives, parse_spec, with_collectives
+
+    refs = [ModelRef("relu", 1, "relu", "fwd", "mlp", "cold", "torch", None),
+            ModelRef("ar", 1, "all_reduce", None, "sigmoid", None, None, 2),
+            ModelRef("ar.ctx", 2, "all_reduce", None, "in_context", None, None, 2),
+            ModelRef("a2a", 1, "all_to_all", None, "sigmoid", None, None, 2)]
+    assert [r.name for r in choose_collectives(refs, "in-context")] == ["relu", "ar.ctx", "a2a"]
+    assert [r.name for r in choose_collectives(refs, "plain")] == ["relu", "ar", "a2a"]
+    assert with_collectives("champion", "plain") == "champion+plain"
+    assert with_collectives("champion+plain", "in-context") == "champion+plain"   # the spec's own choice stays
+    assert parse_spec("ar:1,relu:1+plain") == ("", {"ar": 1, "relu": 1})

@@ -1,0 +1,20 @@
+"""The simulator rules are numbered (simulator.semantics.RULES_VERSION, stored with every prediction so that
+`pmdb predict --all` makes predictions of older rules again): a change to the rules file must say whether it moves
+predicted times."""
+import hashlib
+from pathlib import Path
+
+import simulator.semantics as semantics
+
+# digest of simulator/semantics.py without its RULES_VERSION line -> the rules version that text implements
+KNOWN = {"ca5339b163c875b88a0d820ebd1a5256ad8b721b20204bcdf03e4ced52cbb69a": 1}
+
+
+def test_a_change_to_the_rules_names_its_version():
+    text = Path(semantics.__file__).read_text()
+    digest = hashlib.sha256("\n".join(line for line in text.splitlines()
+                                      if not line.startswith("RULES_VERSION")).encode()).hexdigest()
+    assert KNOWN.get(digest) == semantics.RULES_VERSION, (
+        f"simulator/semantics.py changed: if the change moves a predicted time, bump RULES_VERSION (stored "
+        f"predictions of the old rules are then made again by `pmdb predict --all`); either way add "
+        f"{digest!r}: {semantics.RULES_VERSION} (or the new version) to KNOWN")
