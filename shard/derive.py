@@ -153,6 +153,7 @@ def derive(source: TraceGraph, source_ranks: Sequence[int], task: ShardTask, pla
     old, new = (rank_layout(list(r), task.dims, task.world_size, task.batch_size) for r in (source_ranks, plan.ranks))
     graph = copy.deepcopy(source)
     graph.measured_us, graph.trace_set_id = float("nan"), None
+    oparg.fill_missing_schemas(node for rank in graph.ranks for op in rank.ops for node in oparg.walk(op))
     looks, changed, per_rank = [], 0, {}
     for r, rank_graph in enumerate(graph.ranks):
         rank_graph.measured_us = float("nan")

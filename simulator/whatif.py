@@ -99,6 +99,7 @@ def _uncleared(graph: TraceGraph) -> TraceGraph:
     """A deep copy without the recorded configuration's measured times and trace set id."""
     out = copy.deepcopy(graph)
     out.measured_us, out.trace_set_id = float("nan"), None
+    oparg.fill_missing_schemas(node for rank in out.ranks for op in rank.ops for node in oparg.walk(op))
     for rank in out.ranks:
         rank.measured_us = float("nan")
     return out

@@ -8,7 +8,7 @@ look an argument up by name and change its shape or value in all three places at
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import Any, Iterable
 
 from pmdb.traces.graph import Op
 
@@ -35,6 +35,19 @@ def arg_names(schema: str | None) -> list[str]:
         if part and part != "*":
             names.append(part.split()[-1])
     return names
+
+
+def fill_missing_schemas(ops: Iterable[Op]) -> int:
+    """Give ops without ``op_schema`` (an op the ET and Kineto could not link keeps only Kineto's record) the schema
+    another op of the same name carries (a schema belongs to the op name); returns how many were filled."""
+    ops = list(ops)
+    known = {op.name: op.attrs["op_schema"] for op in ops if op.attrs.get("op_schema")}
+    filled = 0
+    for op in ops:
+        if not op.attrs.get("op_schema") and op.name in known:
+            op.attrs["op_schema"] = known[op.name]
+            filled += 1
+    return filled
 
 
 def arg_index(op: Op, name: str) -> int | None:
@@ -83,7 +96,8 @@ def get_scalar(op: Op, name: str) -> Any:
 
 
 def set_scalar(op: Op, name: str, value: Any) -> bool:
-    """Set a scalar argument in ``scalars`` and ``concrete_inputs`` (where the trace recorded it)."""
+    """Set a scalar argument in ``scalars`` and ``concrete_inputs`` where the trace recorded it, else in ``scalars``;
+    False only when the op has no such argument."""
     i = arg_index(op, name)
     if i is None:
         return False
@@ -96,7 +110,9 @@ def set_scalar(op: Op, name: str, value: Any) -> bool:
     if isinstance(concrete, list) and i < len(concrete) and concrete[i] not in ("", None):
         concrete[i] = str(value)
         changed = True
-    return changed
+    if not changed:  # the trace did not record this value (e.g. an op Kineto and the ET could not link): a derived
+        op.attrs["scalars"] = {**(scalars if isinstance(scalars, dict) else {}), str(i): value}  # graph states it
+    return True
 
 
 def walk(op: Op) -> list[Op]:

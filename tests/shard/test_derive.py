@@ -96,3 +96,20 @@ def test_a_plan_of_another_structure_is_refused(recorded, shard_ws):
     task, graph, stats = recorded
     with pytest.raises(PmdbError, match="structure"):
         derive(graph, shard_ws.source_plan, task, Plan("lopsided", (1, 1, 1, 1, 1)), stats)
+
+
+def test_an_exchange_the_trace_could_not_link_is_still_rewritten(recorded, shard_ws):
+    """An all_to_all that the ET and Kineto did not link keeps only Kineto's record (no schema, no ET scalars; seen in
+    a real recording): derivation takes the schema from the same op elsewhere and states the new split sizes."""
+    task, graph, stats = recorded
+    graph = copy.deepcopy(graph)
+    bwd_a2a = [op for op in graph.ranks[1].ops if op.collective == "all_to_all"][1]
+    bwd_a2a.attrs.pop("op_schema", None)
+    bwd_a2a.attrs.pop("scalars", None)
+    assert oparg.get_scalar(bwd_a2a, "input_split_sizes") is None  # unreadable as recorded
+    plan = build_plans(task, ["size_greedy", "lookup_greedy"], seed=1)[0]
+    derived = derive(graph, shard_ws.source_plan, task, plan, stats)
+    layout = plan.layout(task)
+    fwd_a2a, bwd_a2a = [op for op in derived.graph.ranks[1].ops if op.collective == "all_to_all"]
+    assert oparg.get_scalar(bwd_a2a, "input_split_sizes") == layout.recv_splits(1)
+    assert oparg.get_scalar(bwd_a2a, "output_split_sizes") == layout.send_splits(1)
