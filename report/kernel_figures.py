@@ -5,6 +5,7 @@ models: rows get thinner instead."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -118,7 +119,9 @@ def kernel_error_dots(rows: pd.DataFrame, path: Path) -> Path | None:
     handles += [plt.Line2D([], [], ls="", marker=FAMILY_MARKERS.get(f, "x"), markerfacecolor="none",
                            markeredgecolor="0.55", label=f"{f} (other family)") for f in families]
     fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - (0.1 + 0.17 * legend_rows) / height))
+    with warnings.catch_warnings():  # long model names: matplotlib keeps the layout it can and says so on stderr
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout(rect=(0, 0, 1, 1 - (0.1 + 0.17 * legend_rows) / height))
     fig.savefig(path, dpi=DPI, metadata={"Description": json.dumps([str(n) for n in rows["name"]])})
     plt.close(fig)
     return Path(path)
