@@ -279,19 +279,24 @@ class Sweep:
             return
         todo = list(item.todo)
         warmed: set[str] = set()
-        built = None
+        built = twin = None
         try:
             built = item.spec.build(item.config, ctx)
+            if self.flusher is not None and any(c == "cold" for _, c in todo) and \
+                    need <= self.options.settings.rewarm_max_bytes:
+                twin = item.spec.build(item.config, ctx)  # other operands, same code path (timer.time_cpu)
             while todo:
                 pass_, cache = todo[0]
                 fn = built.fwd if pass_ == "fwd" else built.bwd
+                rewarm = None if twin is None else (twin.fwd if pass_ == "fwd" else twin.bwd)
                 warmup = 0 if pass_ in warmed else None
                 if cache == "warm" and (pass_, "cold") in todo and self.flusher is not None:
                     # both states of a pass: repetitions alternated (collectors.ops.timer.time_cpu_both)
                     timings = dict(zip(("warm", "cold"), time_cpu_both(fn, self.options.settings, self.flusher,
-                                                                        warmup)))
+                                                                        warmup, rewarm)))
                 else:
-                    timings = {cache: measure(fn, cache, self.options.settings, self.device, self.flusher, warmup)}
+                    timings = {cache: measure(fn, cache, self.options.settings, self.device, self.flusher, warmup,
+                                              rewarm)}
                 warmed.add(pass_)
                 for cache, timing in timings.items():
                     kernels = kernel_breakdown(fn, self.device) if self.options.kernels else None
@@ -310,9 +315,10 @@ class Sweep:
                                    f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}",
                        kind)
         finally:
-            if built is not None and built.release is not None:
-                built.release()
-            built = None  # noqa: F841 - free the tensors before the next config
+            for done in (built, twin):
+                if done is not None and done.release is not None:
+                    done.release()
+            built = twin = done = None  # noqa: F841 - free the tensors before the next config
 
     def execute(self, progress: bool = True) -> dict[str, Any]:
         """Plan and run; returns the run summary (also kept in ``run.summary`` as the sweep goes)."""

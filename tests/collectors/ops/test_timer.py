@@ -90,6 +90,33 @@ def test_warm_and_cold_repetitions_alternate():
     assert log == ["call"] + ["flush", "call", "call"] * 3 + ["call"] * 3
 
 
+def test_rewarm_runs_after_every_flush_and_only_cold():
+    log: list[str] = []
+    settings = TimerSettings(warmup=1, min_reps=4, max_reps=4, min_time_us=0, cold_min_reps=2, cold_max_reps=2,
+                             cold_min_time_us=0)
+    time_cpu_both(lambda: log.append("call"), settings, LoggingFlusher(log), rewarm=lambda: log.append("twin"))
+    assert log == ["call"] + ["flush", "twin", "call", "call"] * 2 + ["call"] * 2
+    log.clear()
+    measure(lambda: log.append("call"), "warm", settings, torch.device("cpu"), LoggingFlusher(log),
+            rewarm=lambda: log.append("twin"))
+    assert "twin" not in log and "flush" not in log
+
+
+def test_cold_with_the_op_rewarmed_leaves_only_its_operands_cold(one_thread):
+    """A 1 KiB in-place add: after the 64 MiB stream its own code is evicted too, which a training step (the same op
+    on the next layer's tensors just before) never pays; re-running it on a twin's operands after the flush removes
+    that part (measured here: 8.3 µs cold, 2.4 µs rewarmed, 1.1 µs warm). Fastest repetitions, three rounds."""
+    settings = TimerSettings(warmup=1, cold_min_reps=15, cold_max_reps=15, cold_min_time_us=0)
+    flusher = CacheFlusher()
+    p, g, p2, g2 = (torch.ones(256) for _ in range(4))
+    plain, rewarmed = [], []
+    for _ in range(3):
+        plain.append(measure(lambda: p.add_(g, alpha=1e-3), "cold", settings, torch.device("cpu"), flusher).min_us)
+        rewarmed.append(measure(lambda: p.add_(g, alpha=1e-3), "cold", settings, torch.device("cpu"), flusher,
+                                rewarm=lambda: p2.add_(g2, alpha=1e-3)).min_us)
+    assert min(plain) > 1.5 * min(rewarmed)
+
+
 def _preempted(slow_calls: int, slow_s: float, fast_s: float):
     """A callable whose first ``slow_calls`` calls sleep ``slow_s`` (a preempted repetition), later ones ``fast_s``."""
     calls = []
