@@ -184,12 +184,16 @@ class _Scaler:
         return [self._grow(d) if i == j else d for i, d in enumerate(shape)]
 
     def count(self, n: Any, name: str) -> Any:
-        """A lookup-count argument: indices k times; offsets (T·B + 1 entries) T·kB + 1."""
+        """A lookup-count argument: indices k times; offsets (T·B + 1 entries) T·kB + 1. A count that is not a
+        multiple of the batch (the distinct indices a backward sorts out of B x L lookups, e.g. 15 275 of 15 360)
+        is an expectation, not a dim: k times it, rounded to a whole count."""
         if not _is_dims(n) or len(n) != 1:
             return n
         value = n[0]
         if name == "offsets" and not any(value % b == 0 for b in self.bases):
             return [self._grow(value - 1) + 1]
+        if (value * self.k).denominator != 1:
+            return [max(1, round(value * self.k))]
         return [self._grow(value)]
 
     def node(self, node: Op) -> None:

@@ -225,3 +225,21 @@ def test_an_imported_trace_needs_its_recorded_batch(mlp, mlp_trace_files, capsys
                               [row["trace_set"]]).iloc[0]
     assert row["batch"] == 16 and json.loads(derived["derivation"])["batch_size"] == [8, 16]
     assert pd.isna(derived["workload_id"])   # an imported trace without a workload row
+
+
+def test_a_lookup_count_that_is_not_a_batch_multiple_is_scaled_and_rounded():
+    """A DLRM recording's lookups (dlrm_ddp at batch 192: 15 275 indices over 8 tables, pooling about 10) halved to
+    batch 96: the indices count is an expectation, so it becomes round(15 275 / 2); the offsets (8 x 192 + 1) stay
+    exact; the weights never change."""
+    from pmdb.platform import Semantics
+    from pmdb.traces.graph import Op, RankGraph
+    schema = ("fbgemm::bounds_check_indices(Tensor rows_per_table, Tensor(a!) indices, Tensor(b!) offsets, "
+              "int bounds_check_mode, Tensor(c!) warning) -> ()")
+    op = Op("fbgemm::bounds_check_indices", input_shapes=[[8], [15275], [1537], [], [1]],
+            attrs={"op_schema": schema})
+    graph = TraceGraph([RankGraph(0, [op])], Semantics.SYNC_HOST)
+    half, _, scaling = scale_batch(graph, 192, 96)
+    assert half.ranks[0].ops[0].input_shapes[:3] == [[8], [7638], [769]]
+    double, _, _ = scale_batch(graph, 192, 384)
+    assert double.ranks[0].ops[0].input_shapes[:3] == [[8], [30550], [3073]]
+    assert op.input_shapes[1] == [15275]                      # the recorded graph is untouched
