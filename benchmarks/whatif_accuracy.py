@@ -15,11 +15,13 @@ From an empty workspace, every step an ordinary pmdb command (printed as it runs
 4. ground truth of every configuration, recorded ones included: `--rounds` interleaved rounds (the order rotates),
    each a `pmdb collect workload ... --no-trace`; a configuration's time is the median of its rounds' medians;
 5. benchmarks/results/whatif_accuracy_<platform>.md: per configuration the predicted and measured times, the error,
-   the spread over rounds and the error of the recorded configuration it was derived from.
+   the spread over rounds, the error of the recorded configuration it was derived from, and the derivation's own
+   error: (1 + error) / (1 + recorded config's error) - 1, what the what-if adds to the error the models already
+   make on the recorded configuration (the ratio of predicted to measured scaling); the load average at start and end.
 
     .venv/bin/python benchmarks/whatif_accuracy.py [--workspace DIR] [--rounds 3] [--out FILE]
 
-About 45 minutes on a 2-core machine (estimated from the times of its steps; the Markdown lists each command's).
+About 10 minutes on a 2-core machine (measured: 13:29-13:39 on 2026-11-25; the Markdown lists each command's time).
 """
 from __future__ import annotations
 
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if home.exists():
         parser.error(f"{home} exists: give a new --workspace")
     log: list[str] = []
-    started = datetime.now(timezone.utc)
+    started, load_before = datetime.now(timezone.utc), os.getloadavg()[0]
     pmdb(home, "init", log=log)
     recorded: dict[str, int] = {}
     for config in CONFIGS:                     # 2. the recorded configurations, traced
@@ -151,13 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     runs = sql(home, "SELECT w.name, w.batch_size, w.world_size, w.sharder, r.measured_us FROM v_workload_runs r "
                      "JOIN workloads w USING (workload_id) ORDER BY r.finished_at", log)
     platform = sql(home, "SELECT platform FROM v_workload_runs LIMIT 1", log)[0]["platform"]
-    ended = datetime.now(timezone.utc)
+    ended, load_after = datetime.now(timezone.utc), os.getloadavg()[0]
     lines = [f"# What-if accuracy on {platform}", "",
-             f"{started:%Y-%m-%d %H:%M}–{ended:%H:%M} UTC, `benchmarks/whatif_accuracy.py` from an empty workspace, "
+             f"{started:%Y-%m-%d %H:%M}–{ended:%H:%M} UTC, {os.cpu_count()} cores, load average {load_before:.2f} at "
+             f"start and {load_after:.2f} at the end (the benchmark's own processes included), "
+             f"`benchmarks/whatif_accuracy.py` from an empty workspace, "
              f"{args.rounds} interleaved ground-truth rounds. One configuration per workload was traced; the others "
-             f"were derived from it (`pmdb predict --what-if`) and run only for ground truth.", "",
-             "| configuration | derived from | predicted ms | measured ms | error | spread | recorded config's error |",
-             "|---|---|---|---|---|---|---|"]
+             f"were derived from it (`pmdb predict --what-if`) and run only for ground truth. *spread*: (max - min) / "
+             f"median of its ground-truth runs; *derivation*: (1 + error) / (1 + recorded config's error) - 1, the "
+             f"error the what-if adds to the one the models make on the recorded configuration.", "",
+             "| configuration | derived from | predicted ms | measured ms | error | spread | recorded config's error "
+             "| derivation |",
+             "|---|---|---|---|---|---|---|---|"]
+    added: dict[str, float] = {}
     errors = {}
     for config in CONFIGS:
         times = [r["measured_us"] for r in runs if r["name"] == config.workload and r["batch_size"] == config.batch
@@ -167,14 +175,21 @@ def main(argv: list[str] | None = None) -> int:
         pred = predicted[config.name]["predicted_ms"] * 1000
         errors[config.name] = None if not measured else (pred - measured) / measured
         base = errors.get(config.recorded) if config.recorded else None
+        if base is not None and errors[config.name] is not None:
+            added[config.name] = (1 + errors[config.name]) / (1 + base) - 1
         lines.append(f"| {config.name} | {config.recorded or '(recorded)'} | {pred / 1000:.3f} | "
                      f"{'-' if measured is None else f'{measured / 1000:.3f}'} | {_pct(errors[config.name])} | "
-                     f"{'-' if spread is None else f'{100 * spread:.1f}%'} | {_pct(base)} |")
+                     f"{'-' if spread is None else f'{100 * spread:.1f}%'} | {_pct(base)} | "
+                     f"{_pct(added.get(config.name))} |")
     derived = [abs(e) for c, e in errors.items() if e is not None and next(x for x in CONFIGS if x.name == c).recorded]
     if derived:
         gmae = statistics.geometric_mean([e + 4e-4 for e in derived])
         lines += ["", f"Derived configurations: geomean |error| {100 * gmae:.1f}%, max {100 * max(derived):.1f}% "
                       f"(n = {len(derived)})."]
+    if added:
+        own = [abs(e) for e in added.values()]
+        lines += ["", f"The derivations alone (error relative to the recorded configuration's): geomean "
+                      f"{100 * statistics.geometric_mean([e + 4e-4 for e in own]):.1f}%, max {100 * max(own):.1f}%."]
     lines += ["", "## Commands and their wall time (s)", "", "| command | s |", "|---|---|", *log, ""]
     out = args.out or RESULTS / f"whatif_accuracy_{platform}.md"
     out.parent.mkdir(parents=True, exist_ok=True)

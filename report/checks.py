@@ -35,11 +35,14 @@ def baseline_beats_model(frame: pd.DataFrame, keys: Iterable[str] = ("family", "
 
 
 def indistinguishable(frame: pd.DataFrame, group: list[str], label: str, predicted: str = "predicted_us",
-                      measured: str = "measured_us", unit: float = 1e3) -> tuple[list[str], set]:
+                      measured: str = "measured_us", unit: float = 1e3,
+                      placement: str | None = None) -> tuple[list[str], set]:
     """Within each group (e.g. one workload shape under one model set), sets of >= 2 rows predicted within 0.5% of
     the set's fastest prediction whose measured times differ by more than 10%: "plans are indistinguishable to the
     model". Returns the sentences and the index labels of the rows concerned. ``unit`` divides the times for the
-    sentence (1e3: µs shown as ms)."""
+    sentence (1e3: µs shown as ms). ``placement`` (a column of the tables' ranks): rows that all place the tables
+    alike are one configuration measured again, so the sentence says that their measured times differ by noise
+    (and they are not flagged)."""
     out: list[str] = []
     flagged: set = set()
     rows = frame.dropna(subset=[predicted, measured])
@@ -58,10 +61,16 @@ def indistinguishable(frame: pd.DataFrame, group: list[str], label: str, predict
             lo, hi = float(same[measured].min()), float(same[measured].max())
             if hi <= lo * (1 + MEASURED_APART):
                 continue
-            flagged |= set(same.index)
             name = " ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)) if pd.notna(k))
             plo, phi = float(same[predicted].min()) / unit, float(same[predicted].max()) / unit
             shown = f"{plo:.3g} ms" if phi - plo < 5e-4 * plo else f"{plo:.3g}-{phi:.3g} ms"
+            if placement is not None and same[placement].notna().all() and same[placement].nunique() == 1:
+                out.append(f"{name}: {', '.join(map(str, same[label]))} make the same plan "
+                           f"({same[placement].iloc[0]}): one configuration measured {len(same)} times, "
+                           f"{lo / unit:.3g}-{hi / unit:.3g} ms ({100 * (hi / lo - 1):+.0f}%, run-to-run noise); "
+                           f"predicted {shown}")
+                continue
+            flagged |= set(same.index)
             out.append(f"{name}: plans are indistinguishable to the model: {', '.join(map(str, same[label]))} are "
                        f"predicted within 0.5% of each other ({shown}) while measured {lo / unit:.3g}-"
                        f"{hi / unit:.3g} ms ({100 * (hi / lo - 1):+.0f}%)")

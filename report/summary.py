@@ -26,7 +26,7 @@ _LATEST = """
 SELECT e.prediction_id, e.workload_run_id, e.platform, e.family, e.workload, e.world_size, e.batch_size, e.sharder,
        e.predicted_us, e.measured_us, e.baseline_us, e.rel_error, e.baseline_rel_error,
        w.spread, coalesce(w.source, 'measured') AS truth, p.device_kind, p.gpu_name,
-       TRY_CAST(k.config->>'$.seq_len' AS INTEGER) AS seq_len
+       TRY_CAST(k.config->>'$.seq_len' AS INTEGER) AS seq_len, CAST(k.sharding AS VARCHAR) AS placement
 FROM v_prediction_errors e
 JOIN workload_runs w ON w.run_id = e.workload_run_id
 JOIN platforms p ON p.name = e.platform
@@ -123,7 +123,7 @@ def summarize(store: Store) -> Summary:
             if baseline is not None and baseline < model:
                 out.warnings.append(f"{name}: the baseline beats the model: geomean |e| {100 * baseline:.1f}% "
                                     f"against {100 * model:.1f}%")
-        out.warnings += checks.indistinguishable(local, ["shape"], "sharder")[0]
+        out.warnings += checks.indistinguishable(local, ["shape"], "sharder", placement="placement")[0]
     for _, row in frame[frame["truth"] == "imported"].iterrows():
         shape = f"{row['workload']}" + (f" b{int(row['batch_size'])}" if pd.notna(row["batch_size"]) else "")
         shape += f" seq {int(row['seq_len'])}" if pd.notna(row["seq_len"]) else ""

@@ -7,6 +7,9 @@ take minutes per iteration are reduced. Upstream (ml_perf_model, dlrm_benchmark.
   -> the same widths, 8 tables x 200 000 rows, L 100; default batch 128 (upstream 512-4096 on GPUs).
 - ``dlrm_ddp``: bottom 128-128-128-128, top 512-512-512-256-1, D 128, 8 x 80 000 rows, L 10 -> unchanged; batch 256.
 - ``dlrm_test``: bottom 512-64, top 1024-1, D 64, 1 table x 1e6 rows, L 10 fixed -> 1 table x 100 000 rows; batch 256.
+- ``dlrm_mixed`` (pmdb's own, the main job's): dlrm_test's MLPs with 6 tables of unequal rows (120 000 ... 2 000) and
+  pooling (2 ... 50), so that naive, size_greedy, lookup_greedy and size_lookup_greedy place them 4 different ways on
+  2 ranks (with one table every sharder makes the same plan); batch 256.
 
 Bottom-MLP widths start with the dense-feature count and end with D; top-MLP widths are the hidden layers and the
 output (1); the top MLP's input width is D + (T+1)T/2 (dot interaction without self-interaction).
@@ -62,10 +65,17 @@ def _preset(name: str, bottom: list[int], top: list[int], num_tables: int, rows:
     return DlrmConfig(name, tuple(bottom), tuple(top), tables, ("uniform",) * num_tables, batch_size=batch)
 
 
+def _mixed(name: str, rows: tuple[int, ...], pooling: tuple[float, ...]) -> DlrmConfig:
+    base = _preset(name, [512, 64], [1024, 1], 1, rows[0], pooling[0], 256)
+    tables = tuple(TableSpec(r, base.dim, p) for r, p in zip(rows, pooling))
+    return replace(base, tables=tables, index_sources=("uniform",) * len(tables))
+
+
 PRESETS: dict[str, DlrmConfig] = {
     "dlrm_default": _preset("dlrm_default", [512, 512, 64], [1024, 1024, 1024, 1], 8, 200_000, 100, 128),
     "dlrm_ddp": _preset("dlrm_ddp", [128, 128, 128, 128], [512, 512, 512, 256, 1], 8, 80_000, 10, 256),
     "dlrm_test": _preset("dlrm_test", [512, 64], [1024, 1], 1, 100_000, 10, 256),
+    "dlrm_mixed": _mixed("dlrm_mixed", (120_000, 60_000, 40_000, 20_000, 5_000, 2_000), (2, 8, 4, 20, 30, 50)),
 }
 
 _FIELDS = {"name", "bottom_mlp", "top_mlp", "tables", "num_tables", "num_rows", "pooling", "index_source",

@@ -14,7 +14,7 @@ from pmdb.errors import PmdbError
 def workload(
     ctx: typer.Context,
     family: str = typer.Argument(..., help="dlrm or transformer."),
-    preset: Optional[str] = typer.Option(None, help="DLRM preset: dlrm_default, dlrm_ddp or dlrm_test (default)."),
+    preset: Optional[str] = typer.Option(None, help="DLRM preset: dlrm_default, dlrm_ddp, dlrm_mixed or dlrm_test (default)."),
     arch: Optional[str] = typer.Option(None, help="Transformer architecture (gpt2, bert, xlnet, opt, llama, ...: "
                                                   "any model type transformers' AutoConfig knows)."),
     config: Optional[Path] = typer.Option(None, "--config", help="DLRM: a JSON shape file (bottom_mlp, top_mlp, "

@@ -27,7 +27,7 @@ class Step:
 
 _TRANSFORMER = ("--layers", "2", "--hidden", "64", "--heads", "4", "--seq-len", "64", "--batch-size", "8",
                 "--iters", "20", "--warmup", "5")
-_DLRM = ("--preset", "dlrm_test", "--iters", "20", "--warmup", "5")
+_DLRM = ("--preset", "dlrm_mixed", "--iters", "20", "--warmup", "5")
 GPU_FIT_BUDGET_MINUTES = "0.25"   # the GPU what-if's fit (gbdt, the GEMM tables' champion family): ~20 s
 
 

@@ -210,6 +210,12 @@ def test_checks():
                           "measured_us": [1000.0, 1150.0, 1000.0, 1000.0, 500.0, 520.0]})
     said, flagged = checks.indistinguishable(frame, ["g"], "plan")
     assert flagged == {0, 1} and len(said) == 1 and "p1, p2" in said[0] and "+15%" in said[0]
+    frame["tables"] = ["[0]", "[0]", "[0, 1]", "[1]", "[0, 1]", "[1, 0]"]   # p1 and p2 place the tables alike
+    said, flagged = checks.indistinguishable(frame, ["g"], "plan", placement="tables")
+    assert flagged == set() and len(said) == 1 and "indistinguishable" not in said[0]
+    assert "p1, p2 make the same plan ([0]): one configuration measured 2 times" in said[0] and "noise" in said[0]
+    frame.loc[1, "tables"] = "[1]"                                            # different plans: the model's fault
+    assert checks.indistinguishable(frame, ["g"], "plan", placement="tables")[1] == {0, 1}
     frame["baseline_us"] = [1000.0, 1100.0, 1000.0, 1000.0, 400.0, 400.0]
     assert [s.split(":")[0] for s in checks.baseline_beats_model(frame, ["g"])] == ["a"]
     flat = collective.CollectiveParams.continuous(1024.0, 65536.0, 60.0, 1.5, 20.0, 60.0, 0.5)
