@@ -92,7 +92,8 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
         raise PmdbError(f"bad --mode {mode!r}: use model or replay")
     started = time.perf_counter()
     info = trace_set_info(store, trace_set_id)
-    if info["source"] == "derived":
+    if info["source"] == "derived" and not store.scalar("SELECT count(*) FROM traces WHERE trace_set_id = ?",
+                                                         [trace_set_id]):
         raise PmdbError(f"trace set {trace_set_id} was derived (no traces: {info['label']}); predict a configuration "
                         f"that was not run with `pmdb predict --what-if --trace-set PARENT ...`")
     source = str(info["platform"])

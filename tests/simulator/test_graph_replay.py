@@ -108,3 +108,22 @@ def test_et_only_ranks_give_untimed_graphs(store, cpu_trace_files):
         consumed = {j for op in rg.ops for j in op.waits_on}
         assert {i for i in rg.collectives() if rg.ops[i].collective == "all_to_all"} <= consumed
         assert any(op.sub for op in rg.ops)  # nested ops for composing times from overheads
+
+
+def test_a_derived_trace_set_that_holds_traces_predicts(cpu_trace_set, cpu_trace_files):
+    """benchmarks/predict_speed.py stores copies of a recording as a 'derived' set with its trace files (4 ranks
+    from 2 here): it replays; only a derived set without traces (a what-if) is refused."""
+    from pmdb.errors import PmdbError
+    from sim_store import cpu_ranks, ingest
+    from collectors.traces.ingest import RankTraces
+    store, _, platform = cpu_trace_set
+    pair = cpu_ranks(cpu_trace_files)
+    copies = [RankTraces(r, pair[r % 2].kineto, pair[r % 2].et) for r in range(4)]
+    derived = ingest(store, platform, copies, "benchmark: copies x2", "derived")
+    pred = predict_trace_set(store, derived, mode="replay")
+    assert pred.predicted_us > 0 and len(pred.per_rank()) == 4
+    with store.run("trace", platform, {}) as run:
+        empty = store.insert_one("trace_sets", {"run_id": run.run_id, "platform": platform, "label": "what-if",
+                                                "world_size": 1, "source": "derived"}, returning="trace_set_id")
+    with pytest.raises(PmdbError, match="was derived"):
+        predict_trace_set(store, empty, mode="replay")
