@@ -27,7 +27,7 @@ from collectors.ops.kernels import kernel_breakdown
 from collectors.ops.catalogue import BuildContext, OpSpec, canonical, thin
 from collectors.ops.summary import SweepSummary
 from collectors.ops.timer import CacheFlusher, TimerSettings, measure, time_cpu_both, timing_environment
-from collectors.ops.writer import BatchWriter
+from collectors.ops.writer import BatchWriter, sticky_interrupts
 from collectors.workloads.allocator import apply_in_process
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
@@ -331,15 +331,18 @@ class Sweep:
         bar = tqdm(items, total=len(items), unit="config", disable=not progress, dynamic_ncols=True,
                    desc="collect ops")
         try:
-            for item in bar:
-                if self.options.budget_s is not None and time.monotonic() - started > self.options.budget_s:
-                    self.summary.stopped = "budget"
-                    break
-                bar.set_postfix_str(f"{item.spec.name}/{item.implementation}", refresh=False)
-                self._measure(item)
-                self.summary.configs_done += 1
-                if not self.writer.pending:
-                    self._sync(started)
+            with sticky_interrupts() as check_interrupt:
+                for item in bar:
+                    check_interrupt()  # an interrupt that a finalizer swallowed still stops the sweep here
+                    if self.options.budget_s is not None and time.monotonic() - started > self.options.budget_s:
+                        self.summary.stopped = "budget"
+                        break
+                    bar.set_postfix_str(f"{item.spec.name}/{item.implementation}", refresh=False)
+                    self._measure(item)
+                    self.summary.configs_done += 1
+                    if not self.writer.pending:
+                        self._sync(started)
+                check_interrupt()
         except KeyboardInterrupt:
             self.summary.stopped = "interrupted"
             raise

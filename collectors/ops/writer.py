@@ -11,7 +11,7 @@ import contextlib
 import signal
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pmdb.store import Store, StoreWriteError
 
@@ -33,6 +33,34 @@ def deferred_interrupts() -> Iterator[None]:
             signal.signal(sig, handler)
     if received:
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sticky_interrupts() -> Iterator[Callable[[], None]]:
+    """Ctrl-C/SIGTERM raise KeyboardInterrupt as usual and are also remembered; the yielded ``check()`` raises it again
+    at a safe point (between configs). An interrupt raised while Python runs a finalizer is only printed ("Exception
+    ignored in ...") and lost: without this a sweep interrupted at that moment ran to its end and exited 0."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    def check() -> None:
+        if received:
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, interrupt)
+    try:
+        yield check
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class BatchWriter:

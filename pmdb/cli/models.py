@@ -112,13 +112,24 @@ def ui(ctx: typer.Context,
     server = subprocess.Popen(command, env=env, start_new_session=True)
     typer.echo(f"MLflow UI at http://127.0.0.1:{port} (workspace {ws.home}); Ctrl-C stops it", err=False)
     try:
-        code = server.wait()
+        code = _wait(server)
     except KeyboardInterrupt:
         _stop(server)
         typer.echo("MLflow UI stopped")
         return
     if code != 0:
         raise PmdbError(f"the MLflow UI exited with code {code} (is port {port} free? try --port)")
+
+
+def _wait(server: subprocess.Popen) -> int:
+    """The server's exit code, waiting in short slices: a Ctrl-C that the kernel hands to another thread of this
+    process does not interrupt a blocking waitpid, and Python raises KeyboardInterrupt only once the main thread is
+    back in the interpreter (a CI run waited > 60 s for a SIGINT here)."""
+    while True:
+        try:
+            return server.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _stop(server: subprocess.Popen) -> None:
