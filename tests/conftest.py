@@ -54,3 +54,13 @@ def gpu_trace(store, shared_data):
             ranks = [RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz" if et else None)]
             return ingest_trace_set(store, run.run_id, platform, ranks, label=name, source="imported")
     return load
+
+
+@pytest.fixture
+def interactive_sigint():
+    """SIGINT raises KeyboardInterrupt in this process for the test, as in a terminal: a test run started in the
+    background by a non-interactive shell (as CI may be) inherits SIGINT ignored, and pmdb leaves it so."""
+    import signal
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)

@@ -24,8 +24,9 @@ def deferred_interrupts() -> Iterator[None]:
         return
     received: list[int] = []
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in previous:
-        signal.signal(sig, lambda signum, frame: received.append(signum))
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, lambda signum, frame: received.append(signum))
     try:
         yield
     finally:
@@ -54,8 +55,9 @@ def sticky_interrupts() -> Iterator[Callable[[], None]]:
             raise KeyboardInterrupt
 
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in previous:
-        signal.signal(sig, interrupt)
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:  # a background job started with SIGINT ignored keeps ignoring it
+            signal.signal(sig, interrupt)
     try:
         yield check
     finally:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import re
 import subprocess
 import sys
@@ -19,13 +20,20 @@ QUICK_OPS = ["relu", "gelu", "add", "mul", "sigmoid", "tanh", "softmax", "dropou
 _PROGRESS = re.compile(rb"(\d+)/(\d+) \[")
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT as a foreground command in a terminal has it. A test run started in the
+    background by a non-interactive shell (as CI may be) ignores SIGINT, the children inherit that and a Ctrl-C
+    sent by the test would be ignored like any background job's."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Child:
     """A running `pmdb` child process whose stderr (tqdm progress included) is read as it comes."""
 
     def __init__(self, args: list[str], **popen: object):
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
         self.proc = subprocess.Popen([*PMDB, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                     **popen)
+                                     preexec_fn=_sigint_as_in_a_terminal, **popen)
         self.err = bytearray()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -84,7 +84,7 @@ def test_budget_stops_cleanly(store):
     assert store.scalar("SELECT status FROM collection_runs WHERE run_id = ?", [run_id]) == "completed"
 
 
-def test_interrupted_sweep_keeps_its_rows(store):
+def test_interrupted_sweep_keeps_its_rows(store, interactive_sigint):
     name = platforms.register_local(store)["name"]
     options = SweepOptions(ops=["layer_norm"], sweep="default", cache="warm", settings=FAST, flush_every_s=0.0)
     timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))

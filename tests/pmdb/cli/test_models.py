@@ -118,7 +118,9 @@ def _alive(pid):
 def test_ui_answers_on_localhost_and_stops_cleanly(home):
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pmdb", "--home", str(home), "ui", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal:
+    # a test run started in the background by a non-interactive shell ignores SIGINT, and so would the child
     try:
         deadline, status = time.monotonic() + 120, None
         while time.monotonic() < deadline and proc.poll() is None:
