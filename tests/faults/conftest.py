@@ -32,8 +32,14 @@ class Child:
 
     def __init__(self, args: list[str], **popen: object):
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+        own = popen.pop("preexec_fn", None)   # a test's own set-up in the child (e.g. a disk-full mount)
+
+        def before_exec() -> None:
+            _sigint_as_in_a_terminal()
+            if own is not None:
+                own()
         self.proc = subprocess.Popen([*PMDB, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                     preexec_fn=_sigint_as_in_a_terminal, **popen)
+                                     preexec_fn=before_exec, **popen)
         self.err = bytearray()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
