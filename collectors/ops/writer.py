@@ -17,21 +17,29 @@ from pmdb.store import Store, StoreWriteError
 
 
 @contextlib.contextmanager
+def _interrupt_handler(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """``handler`` for SIGINT and SIGTERM during the block, then the previous handlers again; a signal the process was
+    started ignoring (a background job's SIGINT) stays ignored."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, before in previous.items():
+        if before is not signal.SIG_IGN:
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, before in previous.items():
+            signal.signal(sig, before)
+
+
+@contextlib.contextmanager
 def deferred_interrupts() -> Iterator[None]:
     """Hold SIGINT/SIGTERM until the block ends, then raise KeyboardInterrupt if one came (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig, handler in previous.items():
-        if handler is not signal.SIG_IGN:
-            signal.signal(sig, lambda signum, frame: received.append(signum))
-    try:
+    with _interrupt_handler(lambda signum, frame: received.append(signum)):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if received:
         raise KeyboardInterrupt
 
@@ -54,15 +62,8 @@ def sticky_interrupts() -> Iterator[Callable[[], None]]:
         if received:
             raise KeyboardInterrupt
 
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig, handler in previous.items():
-        if handler is not signal.SIG_IGN:  # a background job started with SIGINT ignored keeps ignoring it
-            signal.signal(sig, interrupt)
-    try:
+    with _interrupt_handler(interrupt):
         yield check
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 class BatchWriter:

@@ -66,9 +66,9 @@ def _preset(name: str, bottom: list[int], top: list[int], num_tables: int, rows:
 
 
 def _mixed(name: str, rows: tuple[int, ...], pooling: tuple[float, ...]) -> DlrmConfig:
-    base = _preset(name, [512, 64], [1024, 1], 1, rows[0], pooling[0], 256)
-    tables = tuple(TableSpec(r, base.dim, p) for r, p in zip(rows, pooling))
-    return replace(base, tables=tables, index_sources=("uniform",) * len(tables))
+    """dlrm_test's MLPs (D 64) over tables of the given rows and pooling; batch 256."""
+    tables = tuple(TableSpec(r, 64, p) for r, p in zip(rows, pooling))
+    return DlrmConfig(name, (512, 64), (1024, 1), tables, ("uniform",) * len(tables), batch_size=256)
 
 
 PRESETS: dict[str, DlrmConfig] = {
