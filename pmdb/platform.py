@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from enum import StrEnum
 from typing import Any
 
@@ -68,6 +69,18 @@ class Platform:
     @property
     def cuda(self) -> bool:
         return self.device_kind is DeviceKind.CUDA
+
+    @property
+    def cache_bytes(self) -> tuple[int | None, int | None]:
+        """(L2 per core, last-level cache) bytes as detected at registration (None where unknown)."""
+        details = self.row.get("details")
+        if isinstance(details, str):
+            try:
+                details = json.loads(details)
+            except ValueError:
+                details = None
+        details = details if isinstance(details, dict) else {}
+        return _int(details.get("l2_bytes")), _int(details.get("llc_bytes"))
 
 
 def _int(value: Any) -> int | None:
@@ -186,6 +199,37 @@ def _nvidia_smi(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+_SIZE_UNITS = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}
+
+
+def cache_sizes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
+    """{'l2_bytes', 'llc_bytes'} of CPU 0's data/unified caches from sysfs (L2 per core, the highest level's size
+    per instance); keys are absent where sysfs does not say."""
+    levels: dict[int, int] = {}
+    base = Path(root)
+    for index in sorted(base.glob("index*")) if base.is_dir() else []:
+        try:
+            kind = (index / "type").read_text().strip()
+            level = int((index / "level").read_text().strip())
+            text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not text:
+            continue
+        unit = _SIZE_UNITS.get(text[-1].upper(), 1)
+        try:
+            size = int(text[:-1] if text[-1].upper() in _SIZE_UNITS else text) * unit
+        except ValueError:
+            continue
+        levels[level] = max(levels.get(level, 0), size)
+    out = {}
+    if 2 in levels:
+        out["l2_bytes"] = levels[2]
+    if levels and max(levels) >= 2:
+        out["llc_bytes"] = levels[max(levels)]
+    return out
+
+
 def detect() -> dict[str, Any]:
     """Facts about this machine, as a ``platforms`` row without its name."""
     import torch
@@ -217,7 +261,7 @@ def detect() -> dict[str, Any]:
         "fbgemm_version": fbgemm_version,
         "hostname": socket.gethostname(),
         "details": {"python": pyplatform.python_version(), "system": pyplatform.platform(),
-                    "machine": pyplatform.machine()},
+                    "machine": pyplatform.machine(), **cache_sizes()},
     }
     if cuda:
         props = torch.cuda.get_device_properties(0)

@@ -24,10 +24,12 @@ spread AS (
     SELECT run_id, quantile_cont(time_us, 0.1) AS p10_us, quantile_cont(time_us, 0.9) AS p90_us,
            count(*) AS iterations
     FROM per_iteration GROUP BY run_id)
-SELECT e.*, w.spread, s.p10_us, s.p90_us, s.iterations
+SELECT e.*, w.spread, s.p10_us, s.p90_us, s.iterations, CAST(k.sharding AS VARCHAR) AS placement
 FROM v_prediction_errors e
 LEFT JOIN workload_runs w ON w.run_id = e.workload_run_id
 LEFT JOIN spread s ON s.run_id = e.workload_run_id
+LEFT JOIN trace_sets t ON t.trace_set_id = e.trace_set_id
+LEFT JOIN workloads k ON k.workload_id = t.workload_id
 WHERE (? IS NULL OR e.mode = ?) AND (? IS NULL OR e.platform = ?)
 ORDER BY e.family, e.world_size, e.workload, e.batch_size, e.sharder, e.prediction_id
 """
@@ -77,7 +79,7 @@ def predicted_vs_measured(store: Store, out_dir: Path, mode: str | None = "model
     frame = latest(store, mode, platform)
     if frame.empty:
         return None
-    _, flagged = indistinguishable(frame, SAME_SHAPE, "label")
+    _, flagged = indistinguishable(frame, SAME_SHAPE, "label", placement="placement")
     families = list(dict.fromkeys(frame["family"]))
     sizes = [int((frame["family"] == f).sum()) for f in families]
     row = max(0.2, min(0.42, 12.0 / len(frame)))  # inches per run: thinner rows keep a long list short

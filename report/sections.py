@@ -210,7 +210,7 @@ def predictions_sections(store: Store, out: Path, platform: str | None) -> list[
     frame["shape"] = _group_names(frame, SAME_SHAPE, shape=True)
     frame["group"] = _group_names(frame, ["platform", "family", "world_size", "mode", "model_set_id"], shape=False)
     fig10.warnings += checks.baseline_beats_model(frame, ["group"])
-    fig10.warnings += checks.indistinguishable(frame, ["shape"], "sharder")[0]
+    fig10.warnings += checks.indistinguishable(frame, ["shape"], "sharder", placement="placement")[0]
     for mode in ("model", "replay"):
         for section, plot in ((fig10, predicted_vs_measured), (fig2, stream_breakdown)):
             path = plot(store, out, mode, platform=platform)

@@ -152,13 +152,16 @@ CACHE_PREFERENCE = {Semantics.SYNC_HOST: ("cold", "warm", "device"), Semantics.A
 
 
 BLEND = "blend"
-CACHE_STATES = ("warm", "cold", "device", BLEND)   # what model selection takes (None: per platform kind)
+REUSE = "reuse"
+CACHE_STATES = ("warm", "cold", "device", BLEND, REUSE)   # what model selection takes (None: per platform kind)
+PAIRED = (BLEND, REUSE)   # cache states that keep a warm and a cold model per op
 
 
 def check_cache_state(cache_state: str | None) -> None:
     """Refuse a cache state the model selection does not know (None is its default), as a one-line user error."""
     if cache_state is not None and cache_state not in CACHE_STATES:
-        raise PmdbError(f"bad --cache-state {cache_state!r}: use {', '.join(CACHE_STATES[:-1])} or {BLEND}")
+        raise PmdbError(f"bad --cache-state {cache_state!r}: use {', '.join(CACHE_STATES[:-1])} or "
+                        f"{CACHE_STATES[-1]}")
 
 
 def load_model_set(store: Store, platform: str, spec: str = "champion", cache_state: str | None = None,
@@ -166,13 +169,14 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
     """The versions ``spec`` selects (an alias such as 'champion', or 'name:version,...') of ``platform``, loaded
     lazily. Where one (op, pass, implementation) has models of several cache states, the one that matches in-context
     times best on the platform kind is used (cold on CPUs, device timings on GPUs) unless ``cache_state`` says;
-    ``cache_state='blend'`` keeps a warm and a cold model per op (their geometric mean is used, see timing).
+    ``cache_state='blend'`` keeps a warm and a cold model per op (their geometric mean is used, see timing), and so
+    does ``'reuse'`` (each op between the two by its operands' reuse distances, :mod:`simulator.cache_levels`).
     Collectives are priced by their in-context versions where the selection holds one, unless ``spec`` ends in
     '+plain' (:func:`choose_collectives`)."""
     from fitters.load import load_model, select_models
 
     alias, versions = parse_spec(spec)
-    blend = cache_state == BLEND
+    blend = cache_state in PAIRED
     refs = select_models(store, platform, alias or "champion", versions=versions,
                          cache_state=None if blend else cache_state)
     refs = choose_collectives(refs, collective_choice(spec)[1])

@@ -115,7 +115,8 @@ class PredictionSession:
                  timeline: bool = False) -> Simulated:
         """Price every op of ``graph`` with the session's models and run Algorithm 1 over its ranks (``timeline``:
         also record where every op went, :attr:`Simulated.iteration`)."""
-        timing = ModelTiming(self.models, self.overheads, self.platform.semantics, embedding)
+        timing = ModelTiming(self.models, self.overheads, self.platform.semantics, embedding,
+                             self.platform.cache_bytes)
         programs = timing.programs(graph)
         shared = self.shares_core(len(graph.ranks), threads)
         engine = sem_mod.get(self.platform.semantics, comm_shares_core=shared)

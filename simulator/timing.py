@@ -25,7 +25,8 @@ from pmdb.platform import Semantics
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import TimedOp
 from pmdb.traces.graph import Op, Stream, TraceGraph
-from simulator.model_set import ModelSet, Overheads
+from simulator.cache_levels import UNKNOWN, between, cold_share, levels_known
+from simulator.model_set import REUSE, ModelSet, Overheads
 from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
@@ -75,8 +76,12 @@ class ModelTiming:
     """Turns TraceGraphs into timed programs with a platform's models and overheads."""
 
     def __init__(self, models: ModelSet, overheads: Overheads, semantics: Semantics,
-                 embedding: EmbeddingStats | None = None):
+                 embedding: EmbeddingStats | None = None, cache_bytes: tuple[int | None, int | None] = (None, None)):
         self.models = models
+        # --cache-state reuse: (L2, LLC) bytes that place each op between its warm and cold model (cache_levels)
+        reuse = models.selection is not None and models.selection.cache_state == REUSE
+        self.cache_levels = cache_bytes if reuse and levels_known(*cache_bytes) else None
+        self.reuse = reuse
         self.overheads = overheads
         self.sync_host = semantics == Semantics.SYNC_HOST
         self.embedding = embedding or EmbeddingStats()
@@ -106,7 +111,13 @@ class ModelTiming:
         elif isinstance(mapped, Mapped) and mapped.op != "embedding_lookup":
             rows.append(_Row(node, mapped))            # roofline, unless the overhead table holds the leaf
 
-    def _predict(self, rows: list[_Row]) -> None:
+    def _predict(self, rows: list[_Row], sharing_llc: int = 1) -> None:
+        """Time every row, one batched call per model; ``sharing_llc``: ranks that share the last-level cache
+        (the ranks of a CPU platform share its one host), each getting an equal part of it (reuse mode)."""
+        levels = None
+        if self.cache_levels is not None:
+            l2, llc = self.cache_levels
+            levels = (float(l2), max(float(llc) / max(sharing_llc, 1), float(l2)))
         groups: dict[tuple[str, str, str | None], list[_Row]] = {}
         for row in rows:
             groups.setdefault((row.mapped.op, row.mapped.pass_, row.implementation), []).append(row)
@@ -117,7 +128,10 @@ class ModelTiming:
                 times = np.asarray(ref.model.predict(frame), dtype=float)
                 partner = self.models.warm_partner(*key)
                 used = [ref] if partner is None else [ref, partner]
-                if partner is not None:  # in-context between warm and cold caches: their geometric mean
+                if partner is not None and self.reuse:  # each op where its operands' reuse distances put it
+                    shares = np.array([cold_share(r.node.reuse, *levels) if levels else UNKNOWN for r in group])
+                    times = between(times, np.asarray(partner.model.predict(frame), dtype=float), shares)
+                elif partner is not None:  # in-context between warm and cold caches: their geometric mean
                     times = np.sqrt(times * np.asarray(partner.model.predict(frame), dtype=float))
                 for model in used:
                     self.usage.models[(model.name, model.version)] = \
@@ -281,7 +295,7 @@ class ModelTiming:
             for op in rg.ops:
                 if not op.is_collective:
                     self._collect(op, rank, rows)
-        self._predict(rows)
+        self._predict(rows, len(graph.ranks) if self.sync_host else 1)
         sizes: dict[int, float] = {}
         for rg in graph.ranks:
             for k, i in enumerate(rg.collectives()):

@@ -88,7 +88,9 @@ def predict(ctx: typer.Context,
                                                                "the platform the trace was recorded on)."),
             cache_state: Optional[str] = typer.Option(None, "--cache-state",
                                                       help="CPU platforms: kernel models fitted on warm or cold "
-                                                           "timings, or blend (geometric mean of both); default "
+                                                           "timings, blend (geometric mean of both), or reuse "
+                                                           "(each op between them by its operands' reuse "
+                                                           "distances and the platform's L2/LLC sizes); default "
                                                            "cold on CPUs, device timings on GPUs."),
             overhead_version: Optional[int] = typer.Option(None, "--overhead-version",
                                                            help="Overhead table version (default: the latest of "

@@ -63,7 +63,8 @@ def make_op(units: RankUnits, unit: int, kernels: list[tuple], comm_event: tuple
     is_coll = bool(units.col(unit, "is_collective")) and units.col(unit, "category") == "cpu_op"
     op = Op(name=name, input_shapes=shapes, attrs=attrs, children=children, op_id=unit, start_us=start,
             cpu_dur_us=dur, sync_streams=sync_streams,
-            collective=collective_kind(name) if is_coll else None, phase=phase_of(name, _enclosing(units, unit)))
+            collective=collective_kind(name) if is_coll else None, phase=phase_of(name, _enclosing(units, unit)),
+            reuse=twin.get("reuse", ()) if twin is not None else ())
     if is_coll:
         op.comm_bytes = _comm_bytes(op, twin)
     ks = []

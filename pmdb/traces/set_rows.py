@@ -17,6 +17,9 @@ from pmdb.store import Store
 # a stored tensor entry is [arg, tensor_id, storage_id, offset, numel, itemsize, device]: keep what is used
 _TENSORS = ("CAST(json_extract({c}, '$[*][0]') AS BIGINT[]) AS {c}_arg, "
             "CAST(json_extract({c}, '$[*][2]') AS BIGINT[]) AS {c}_storage")
+# model mode also reads each tensor's size (reuse distances, pmdb.traces.reuse)
+_TENSOR_SIZES = ("CAST(json_extract({c}, '$[*][4]') AS BIGINT[]) AS {c}_numel, "
+                 "CAST(json_extract({c}, '$[*][5]') AS BIGINT[]) AS {c}_item")
 _SIZES = ("CAST(json_extract(input_tensors, '$[*][0]') AS BIGINT[]) AS arg, "
           "CAST(json_extract(input_tensors, '$[*][4]') AS BIGINT[]) AS numel, "
           "CAST(json_extract(input_tensors, '$[*][5]') AS BIGINT[]) AS item")
@@ -115,11 +118,15 @@ def _ints(values: Any) -> list:
     return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
 
-def _entries(arg: Any, storage: Any, sizes: dict[int, tuple[Any, Any]] | None = None) -> list[list[int]]:
+def _entries(arg: Any, storage: Any, sizes: dict[int, tuple[Any, Any]] | None = None,
+             numel: Any = None, item: Any = None) -> list[list[int]]:
     """Tensor entries [arg, 0, storage_id, 0, numel, itemsize] from the extracted arrays (sizes of collectives'
-    inputs by argument; None/NaN: no tensors)."""
+    inputs by argument; ``numel``/``item``: each tensor's own size, model mode; None/NaN: no tensors)."""
     if arg is None or isinstance(arg, float):
         return []
+    if not sizes and isinstance(numel, (list, np.ndarray)) and isinstance(item, (list, np.ndarray)):
+        return [[a, 0, s, 0, n or 0, i or 0] for a, s, n, i in zip(_ints(arg), _ints(storage), _ints(numel),
+                                                                   _ints(item)) if a is not None and s is not None]
     if not sizes:  # the common case: plain Python ints, no per-element NumPy conversions
         return [[a, 0, s, 0, 0, 0] for a, s in zip(_ints(arg), _ints(storage)) if a is not None and s is not None]
     out, seen = [], set()
@@ -177,7 +184,8 @@ def _et(store: Store, ranges: dict[int, tuple[int, int] | None], shapes: bool,
         return {}
     cols = _ET + ", " + _TENSORS.format(c="input_tensors") + ", " + _TENSORS.format(c="output_tensors")
     if shapes:
-        cols += f", input_shapes, {_ATTRS}"
+        cols += (f", input_shapes, {_ATTRS}, " + _TENSOR_SIZES.format(c="input_tensors") + ", "
+                 + _TENSOR_SIZES.format(c="output_tensors"))
     bounds = ", ".join(f"({int(t)}, {int(r[0]) if r else -2 ** 62}, {int(r[1]) if r else 2 ** 62})"
                        for t, r in ranges.items())
     where = "" if iterations is None else f" WHERE iteration IN ({_in(iterations)})"
@@ -189,12 +197,17 @@ def _et(store: Store, ranges: dict[int, tuple[int, int] | None], shapes: bool,
     out = {}
     for trace_id, frame in frames.items():
         sizes = all_sizes.get(trace_id, {})
-        frame["input_tensors"] = [_entries(a, s, sizes.get(int(i))) for i, a, s in
-                                  zip(frame["op_id"], frame["input_tensors_arg"], frame["input_tensors_storage"])]
-        frame["output_tensors"] = [_entries(a, s) for a, s in zip(frame["output_tensors_arg"],
-                                                                  frame["output_tensors_storage"])]
+        n = len(frame)
+        own = {c: (frame[f"{c}_numel"], frame[f"{c}_item"]) if shapes else ([None] * n, [None] * n)
+               for c in ("input_tensors", "output_tensors")}
+        frame["input_tensors"] = [_entries(a, s, sizes.get(int(i)), k, b) for i, a, s, k, b in
+                                  zip(frame["op_id"], frame["input_tensors_arg"], frame["input_tensors_storage"],
+                                      *own["input_tensors"])]
+        frame["output_tensors"] = [_entries(a, s, None, k, b) for a, s, k, b in
+                                   zip(frame["output_tensors_arg"], frame["output_tensors_storage"],
+                                       *own["output_tensors"])]
         frame = frame.drop(columns=[f"{c}_{f}" for c in ("input_tensors", "output_tensors")
-                                    for f in ("arg", "storage")])
+                                    for f in ("arg", "storage") + (("numel", "item") if shapes else ())])
         schemas = [None if s is None or (isinstance(s, float) and np.isnan(s)) else s for s in frame["op_schema"]]
         if shapes:
             frame["input_shapes"] = _json(frame["input_shapes"])

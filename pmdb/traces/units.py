@@ -11,6 +11,7 @@ import pandas as pd
 
 from pmdb.traces.rows import RankFrames, top_level_mask
 from pmdb.traces.graph import Op, Stream
+from pmdb.traces.reuse import reuse_distances
 
 # runtime calls that block the host until device work is done, and the streams they wait for
 SYNC_CALLS = {"cudaDeviceSynchronize": (Stream.COMPUTE, Stream.COMM), "cudaStreamSynchronize": (Stream.COMPUTE,),
@@ -53,6 +54,9 @@ class RankUnits:
             et = frames.ops
             self.et = {int(i): {"input_shapes": s, "attrs": a, "input_tensors": t} for i, s, a, t in
                        zip(et["op_id"], et["input_shapes"], et["attrs"], et["input_tensors"])}
+            if with_shapes:   # model mode: each op's input reuse distances (sizes are read with the shapes)
+                for op_id, reuse in reuse_distances(et).items():
+                    self.et[op_id]["reuse"] = reuse
         self.parent = {int(i): (None if p is None or p != p else int(p)) for i, p in zip(self.base["op_id"],
                                                                                           self.base["parent_id"])}
         self.children: dict[int, list[int]] = {}
@@ -176,8 +180,9 @@ class RankUnits:
         for child in self.children.get(op_id, []):
             if self.col(child, "category") != "cpu_op":
                 continue
-            shapes, attrs, _ = self.shapes(child)
+            shapes, attrs, twin = self.shapes(child)
             out.append(Op(name=self.col(child, "name"), input_shapes=shapes, attrs=attrs, op_id=child,
                           start_us=nan_or(self.col(child, "start_us")), cpu_dur_us=nan_or(self.col(child, "dur_us")),
-                          children=self.nested_ops(child), sub=self.sub_ops(child)))
+                          children=self.nested_ops(child), sub=self.sub_ops(child),
+                          reuse=twin.get("reuse", ()) if twin is not None else ()))
         return out

@@ -38,3 +38,25 @@ def test_resolve_unknown_platform_is_a_clear_error(store):
     with pytest.raises(PmdbError, match="unknown platform 'nope'"):
         platform.resolve(store, "nope")
     assert platform.resolve(store, None) == platform.register_local(store)["name"]
+
+
+def test_cache_sizes_from_sysfs_layout(tmp_path):
+    from pmdb.platform import cache_sizes
+
+    for index, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "32K"),
+                                                 (2, "Unified", "512K"), (3, "Unified", "32768K")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    assert cache_sizes(str(tmp_path)) == {"l2_bytes": 512 * 2 ** 10, "llc_bytes": 32 * 2 ** 20}
+    assert cache_sizes(str(tmp_path / "missing")) == {}
+
+
+def test_registered_platform_knows_its_caches(store):
+    from pmdb import platform as platforms
+    from pmdb.platform import cache_sizes
+
+    name = platforms.resolve(store, None)
+    assert platforms.load(store, name).cache_bytes == (cache_sizes().get("l2_bytes"), cache_sizes().get("llc_bytes"))

@@ -43,11 +43,14 @@ def _model(store, run_id: str, name: str, op: str, pass_: str | None, world: int
         store.insert_one("model_aliases", {"name": name, "alias": "champion", "version": version})
 
 
+_PLACEMENTS = {"naive": [0, 1, 0, 1], "size_greedy": [0, 0, 1, 1], "lookup_greedy": [1, 0, 0, 1]}  # tables' ranks
+
+
 def _workload(store, sharder: str, family: str = "dlrm", name: str = "task1", world: int = 2) -> int:
     return store.insert_one("workloads", {
         "family": family, "name": name, "config": {"tables": 4}, "config_hash": f"{name}-{sharder}",
         "batch_size": 64, "world_size": world, "sharder": sharder if family == "dlrm" else None,
-        "sharding": [0, 1, 0, 1] if family == "dlrm" else None}, returning="workload_id")
+        "sharding": _PLACEMENTS.get(sharder, [0, 1, 0, 1]) if family == "dlrm" else None}, returning="workload_id")
 
 
 def _prediction(store, wid: int, label: str, predicted: float, measured: float | None, compute_us: float,

@@ -49,7 +49,7 @@ def test_version_spec_and_cache_state_are_used_and_recorded(shard_ws, capsys):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--cache-state", "lukewarm"], r"bad --cache-state 'lukewarm': use warm, cold, device or blend"),
+    (["--cache-state", "lukewarm"], r"bad --cache-state 'lukewarm': use warm, cold, device, blend or reuse"),
     (["--cache-state", "warm"], r"needs the embedding_lookup fwd \(fbgemm_tbe\).*'champion' versions, warm cache"),
     (["--models", "nonsense:x"], r"bad model version spec 'nonsense:x'"),
     (["--overhead-version", "987"], r"no completed overhead version 987"),

@@ -1,0 +1,53 @@
+"""Where an op's operands sit inside a training step, from their reuse distances (``--cache-state reuse``).
+
+The kernel microbenchmarks time each op warm (back to back: operands in L2 when they fit there, else in the
+last-level cache) and cold (flushed: from DRAM). Inside a step an operand is found in the cache level that its reuse
+distance (bytes of other data touched since its last use, :mod:`pmdb.traces.reuse`) plus its own size fits in,
+under LRU:
+
+* within L2 (or within the LLC when the op's operands exceed L2, so that its warm timing came from the LLC too):
+  the warm timing holds;
+* beyond the LLC: the cold timing holds;
+* in the LLC while the warm timing came from L2: half-way, on a log scale (the geometric mean of warm and cold, the
+  ``blend`` assumption for the whole step, here only for these bytes).
+
+An op's **cold share** ``f`` is the byte-weighted mean of these (0, 1, 0.5) over its distinct input storages, and
+its time ``warm^(1-f) * cold^f``. No parameter is fitted: the capacities are the platform's detected cache sizes
+(:attr:`pmdb.platform.Platform.cache_bytes`). An op without sized inputs (no execution trace) is priced
+half-way (the blend). Sizes in bytes.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+LLC_NOT_L2 = 0.5   # cold share of bytes found in the LLC by an op whose warm timing had them in L2
+UNKNOWN = 0.5      # cold share of an op without reuse distances (the blend)
+
+
+def cold_share(reuse: Sequence[Sequence[float]], l2_bytes: float, llc_bytes: float) -> float:
+    """The op's cold share in [0, 1] (:data:`UNKNOWN` without sized inputs)."""
+    total = sum(size for _, size in reuse)
+    if not total:
+        return UNKNOWN
+    warm_from_l2 = total <= l2_bytes
+    cold = 0.0
+    for distance, size in reuse:
+        in_l2 = min(max(l2_bytes - distance, 0.0), size)
+        in_llc = min(max(llc_bytes - distance, 0.0), size) - in_l2
+        cold += (size - in_l2 - in_llc) + (LLC_NOT_L2 * in_llc if warm_from_l2 else 0.0)
+    return min(max(cold / total, 0.0), 1.0)
+
+
+def between(cold_us: np.ndarray, warm_us: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """``warm^(1-f) * cold^f`` per row (µs); a non-positive time falls back to the other model's."""
+    cold_us, warm_us = np.asarray(cold_us, dtype=float), np.asarray(warm_us, dtype=float)
+    safe_cold = np.where(cold_us > 0, cold_us, np.where(warm_us > 0, warm_us, 1e-9))
+    safe_warm = np.where(warm_us > 0, warm_us, safe_cold)
+    return np.exp((1.0 - shares) * np.log(safe_warm) + shares * np.log(safe_cold))
+
+
+def levels_known(l2_bytes: int | None, llc_bytes: int | None) -> bool:
+    return bool(l2_bytes) and bool(llc_bytes) and not math.isnan(float(l2_bytes)) and llc_bytes >= l2_bytes

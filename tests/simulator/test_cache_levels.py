@@ -1,0 +1,62 @@
+"""--cache-state reuse: each op between its warm and cold model by where its operands' reuse distances put them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fitters.roofline import uncalibrated
+from pmdb.traces.from_store import load_graphs
+from simulator.cache_levels import UNKNOWN, between, cold_share
+from simulator.model_set import ModelRef, ModelSelection, ModelSet, Overheads
+from simulator.timing import ModelTiming
+
+MB = 2 ** 20
+
+
+def test_cold_share_by_level():
+    l2, llc = 0.5 * MB, 32 * MB
+    assert cold_share([(0.0, 0.1 * MB)], l2, llc) == 0.0          # still in L2: warm
+    assert cold_share([(40 * MB, 0.1 * MB)], l2, llc) == 1.0      # pushed out of the LLC: cold
+    assert cold_share([(4 * MB, 0.1 * MB)], l2, llc) == 0.5       # in the LLC, warm timing had it in L2
+    assert cold_share([(4 * MB, 8 * MB)], l2, llc) == 0.0         # too big for L2: warm timing was the LLC too
+    # byte-weighted: 1 MB in L2 range (distance 0 but larger than L2 -> warm from LLC), 1 MB beyond the LLC
+    assert cold_share([(0.0, MB), (40 * MB, MB)], l2, llc) == pytest.approx(0.5)
+    assert cold_share([], l2, llc) == UNKNOWN
+    both = between(np.array([100.0, 100.0]), np.array([25.0, 25.0]), np.array([0.0, 0.5]))
+    assert both.tolist() == pytest.approx([25.0, 50.0])
+
+
+@pytest.mark.slow
+def test_reuse_mode_prices_between_warm_and_cold(cpu_trace_set):
+    store, ts, platform = cpu_trace_set
+    graph = load_graphs(store, ts, pick="best", detail=True)[0]
+    linears = [op for rg in graph.ranks for op in rg.ops if op.name == "aten::linear"]
+    assert linears and all(op.reuse for op in linears)       # sized inputs from the execution trace
+    assert all(size > 0 and distance >= 0 for op in linears for distance, size in op.reuse)
+    peaks = {"gemm_flops": 50e9, "mem_bw": 10e9}
+    cold = uncalibrated("fully_connected", "fwd", "float32", {"gemm_flops": 5e9, "mem_bw": 1e9})
+    warm = uncalibrated("fully_connected", "fwd", "float32", peaks)
+    key = ("fully_connected", "fwd", "torch")
+
+    def times(cache_bytes):
+        models = ModelSet(kernels={key: ModelRef("fc.cold", 1, cold, "roofline")},
+                          warm={key: ModelRef("fc.warm", 1, warm, "roofline")}, peaks=peaks,
+                          selection=ModelSelection("champion", "reuse", "0" * 8))
+        timing = ModelTiming(models, Overheads.latest(store, platform), "sync_host", cache_bytes=cache_bytes)
+        timing.programs(graph)
+        assert timing.usage.models == {("fc.cold", 1): len(linears) + 10, ("fc.warm", 1): len(linears) + 10}
+        return np.array([timing._time[id(op)] for op in linears])
+
+    all_warm, all_cold = times((2 ** 40, 2 ** 41)), times((1, 2))   # cold but for the 1-byte caches' bytes
+    assert np.all(all_cold > 2 * all_warm)
+    assert times((2 ** 40, 2 ** 41)) == pytest.approx(all_warm)
+    # an L2 that holds each op's operands (its warm timing came from L2) but not what the step touched in between
+    l2 = max(sum(size for _, size in op.reuse) for op in linears) + 1
+    shares = np.array([cold_share(op.reuse, l2, 2 ** 41) for op in linears])
+    assert np.all(shares <= 0.5) and np.any((shares > 0) & (shares < 1))
+    middle = times((l2, 2 ** 41))
+    assert middle == pytest.approx(between(all_cold, all_warm, shares), rel=1e-3)
+    inside = (shares > 0) & (shares < 1)
+    assert np.all(middle[inside] > all_warm[inside] * 1.01) and np.all(middle[inside] < all_cold[inside] * 0.99)
+    unknown = times((None, None))           # no detected cache sizes: the blend (geometric mean)
+    assert unknown == pytest.approx(np.sqrt(all_warm * all_cold), rel=1e-3)
