@@ -7,6 +7,10 @@ lookups get the DeepSets model (``--family mlp`` selects it as ``embedding_mlp``
 (``--family roofline`` selects it as ``embedding_linear``); collectives get ``sigmoid``.
 The learned families share the time budget: each gets an equal part of what is left (gbdt half a part).
 
+Each version's figures (:mod:`fitters.plots`) are drawn by a second process while the next model fits
+(:mod:`fitters.figure_worker`, from ``FIGURE_WORKER_MIN_TASKS`` planned fits on: starting it costs about a second),
+and attached to the version's MLflow run as they are ready; every one is attached before champions move.
+
 GPU device timings (cache state ``device``, e.g. imported NeuSight tables) hold forward kernels only: after the
 forward GEMM groups (fully_connected, bmm) are fitted, a platform without backward rows of that op gets a
 ``gemm_shapes`` version of the backward pass, the forward champion priced over the two backward GEMMs (the input and
@@ -15,6 +19,7 @@ its name; the simulator finds it like any (op, 'bwd') model.
 """
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -27,6 +32,7 @@ from tqdm import tqdm
 
 from fitters import collective as coll, data, gemm_shapes, plots, roofline
 from fitters.evaluate import data_hash, error_histogram, replicate_gmae, test_metrics
+from fitters.figure_worker import FigureWorker
 from fitters.model import Model, TrainConfig, TrainingSet
 from fitters.registry import (Registry, VersionRecord, choose_champion, collective_model_name,
                               kernel_model_name)
@@ -42,6 +48,7 @@ MIN_CONFIGS = 5               # distinct configurations, so both sides of the sp
 LEARNED_WEIGHT = {"mlp": 1.0, "embedding_mlp": 1.0, "gbdt": 0.5}
 DEFAULT_BUDGET_MINUTES = 4.0  # a whole `fit --all` of one GPU's NeuSight tables (16 ops, 51k rows) ends in < 5 min
 GEMM_BACKWARD_OPS = ("fully_connected", "bmm")   # forward GEMM groups whose backward pass gemm_shapes prices
+FIGURE_WORKER_MIN_TASKS = 6   # fewer planned fits draw their figures in this process
 
 
 @dataclass
@@ -55,6 +62,7 @@ class FitOptions:
     seed: int = 0
     train_config: TrainConfig = field(default_factory=TrainConfig)
     progress: bool = True
+    figure_worker: bool | None = None   # draw figures in a second process; None: when FIGURE_WORKER_MIN_TASKS fits
 
 
 @dataclass
@@ -171,6 +179,7 @@ class Fitter:
         self.registry = Registry(workspace, store)  # refuses when the registry lost mirrored versions
         self.results: list[dict[str, Any]] = []
         self._models: dict[tuple[str, int], Model] = {}   # this run's kernel models by (name, version)
+        self._figure_worker: FigureWorker | None = None
 
     def run(self, tasks: list[Task], peaks: dict[str, float], fit_run_id: str) -> list[dict[str, Any]]:
         deadline = time.monotonic() + self.options.budget_minutes * 60
@@ -180,18 +189,29 @@ class Fitter:
         bar = tqdm(total=len(tasks), desc="fit", unit="model", disable=not self.options.progress, leave=False)
         remaining_weight = sum(t.weight for t in tasks)
         fitted: list[tuple[str, data.KernelGroup | data.CollectiveGroup]] = []
+        use_worker = self.options.figure_worker
+        if use_worker is None:
+            use_worker = len(tasks) >= FIGURE_WORKER_MIN_TASKS
         with tempfile.TemporaryDirectory() as tmp:
-            for group_tasks in by_group.values():
-                group = group_tasks[0].group
-                names = set()
-                for task in group_tasks:
-                    bar.set_description(f"fit {group.label} {task.family}")
-                    share = task.weight / remaining_weight if remaining_weight else 0.0
-                    budget_s = max((deadline - time.monotonic()) * share, 1.0)
-                    remaining_weight -= task.weight
-                    names.add(self._fit_one(task, peaks, budget_s, fit_run_id, Path(tmp)))
-                    bar.update()
-                fitted += [(name, group) for name in sorted(names)]
+            # an error or Ctrl-C leaves the block: the worker stops, figures drawn by then are attached
+            with (FigureWorker(Path(tmp) / "worker", self.registry.attach_figures) if use_worker
+                  else contextlib.nullcontext()) as worker:
+                self._figure_worker = worker
+                for group_tasks in by_group.values():
+                    group = group_tasks[0].group
+                    names = set()
+                    for task in group_tasks:
+                        bar.set_description(f"fit {group.label} {task.family}")
+                        share = task.weight / remaining_weight if remaining_weight else 0.0
+                        budget_s = max((deadline - time.monotonic()) * share, 1.0)
+                        remaining_weight -= task.weight
+                        names.add(self._fit_one(task, peaks, budget_s, fit_run_id, Path(tmp)))
+                        bar.update()
+                    fitted += [(name, group) for name in sorted(names)]
+                if worker is not None:
+                    bar.set_description("fit: attaching the last figures")
+                    worker.finish()
+            self._figure_worker = None
         bar.close()
         # champions move only once every planned fit is done: an interrupted fit leaves them where they were
         for name, group in fitted:
@@ -278,11 +298,16 @@ class Fitter:
             record.metrics["replicate_gmae"] = replicate_gmae(self.store, ids.iloc[split.test])
         record.histogram = error_histogram(pred_test, times[split.test])
         record.fit_seconds = round(fit_seconds, 3)
-        figures = self._figures(tmp, record, model, group, split, times, pred_train, pred_test)
+        jobs = self._figures(tmp, record, model, group, split, times, pred_train, pred_test)
+        worker = self._figure_worker
         split_ids = {"train_ids": ids.iloc[split.train].astype(int).tolist(),
                      "test_ids": ids.iloc[split.test].astype(int).tolist(),
                      "id_column": "collective_id" if isinstance(group, data.CollectiveGroup) else "measurement_id"}
-        version = self.registry.log_version(self.store, fit_run_id, record, model, figures, split_ids)
+        figures = [] if worker is not None else [job.draw() for job in jobs]
+        version, mlflow_run_id = self.registry.log_version_run(self.store, fit_run_id, record, model, figures,
+                                                               split_ids)
+        if worker is not None:
+            worker.submit(mlflow_run_id, f"{record.name} version {version}", jobs)
         if record.pass_ is not None:
             self._models[(record.name, version)] = model
         self.results.append({"name": record.name, "version": version, "family": record.family, "op": record.op,
@@ -295,18 +320,24 @@ class Fitter:
         return record.name
 
     def _figures(self, tmp: Path, record: VersionRecord, model: Model, group: Any, split: Split,
-                 times: np.ndarray, pred_train: np.ndarray, pred_test: np.ndarray) -> list[Path]:
+                 times: np.ndarray, pred_train: np.ndarray, pred_test: np.ndarray) -> list[plots.FigureJob]:
+        """The version's figures as data (drawn here or by the worker): the scatter, and a collective's curve."""
         stem = f"{record.name}.{record.family}".replace("/", "_")
         title = f"{record.op} {record.pass_ or f'ws{record.world_size}'} {record.family}"
-        out = [plots.scatter(tmp / f"{stem}.scatter.png", title, times[split.test], pred_test, times[split.train],
-                             pred_train, record.histogram)]
+        out = [plots.FigureJob("scatter", tmp / f"{stem}.scatter.png",
+                               {"measured_test": times[split.test], "predicted_test": pred_test,
+                                "measured_train": times[split.train], "predicted_train": pred_train},
+                               {"title": title, "histogram": record.histogram})]
         if isinstance(model, coll.CollectiveModel):
             sizes = group.rows["max_rank_bytes"].to_numpy(dtype=float)
             grid = np.geomspace(max(sizes.min(), 1.0), sizes.max(), 400)
-            out.append(plots.collective_curve(
-                tmp / f"{stem}.curve.png", f"{record.op} ws{record.world_size} ({group.backend})",
-                sizes[split.train], times[split.train], sizes[split.test], times[split.test], grid,
-                model.predict(pd.DataFrame({"max_rank_bytes": grid})), (model.params.m1, model.params.m2)))
+            out.append(plots.FigureJob(
+                "collective_curve", tmp / f"{stem}.curve.png",
+                {"sizes_train": sizes[split.train], "times_train": times[split.train],
+                 "sizes_test": sizes[split.test], "times_test": times[split.test], "curve_sizes": grid,
+                 "curve_times": model.predict(pd.DataFrame({"max_rank_bytes": grid}))},
+                {"title": f"{record.op} ws{record.world_size} ({group.backend})",
+                 "boundaries": [float(model.params.m1), float(model.params.m2)]}))
         return out
 
 

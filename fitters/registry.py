@@ -137,14 +137,20 @@ class VersionRecord:
     fit_seconds: float = 0.0
 
 
-def _requirements() -> list[str]:
+@lru_cache(maxsize=None)
+def _requirement_pins() -> tuple[str, ...]:
+    """The installed versions of the distributions a logged model needs (read once per process)."""
     out = []
     for dist in _REQUIREMENT_DISTS:
         try:
             out.append(f"{dist}=={dist_version(dist).split('+')[0]}")
         except PackageNotFoundError:
             continue
-    return out
+    return tuple(out)
+
+
+def _requirements() -> list[str]:
+    return list(_requirement_pins())
 
 
 def _use_uri(uri: str) -> None:
@@ -203,6 +209,8 @@ class Registry:
         self.uri = workspace.mlflow_uri
         self.local = self.uri == workspace.local_mlflow_uri   # the workspace's own mlflow.db
         self._mirror_checked = False
+        self._experiments: dict[str, str] = {}   # experiment name -> id, looked up (or created) once
+        self._registered: set[str] = set()       # registered model names known to exist
         if store is not None:
             self.check_mirror(store)
         self.client = _client(self.uri)
@@ -224,7 +232,12 @@ class Registry:
 
     def experiment(self, name: str, folder: str, tags: dict[str, str] | None = None) -> str:
         """The id of experiment ``name``, created on first use with its artifacts in artifacts/mlflow/``folder``
-        (a shared server keeps them where it is configured to)."""
+        (a shared server keeps them where it is configured to). Looked up once per Registry."""
+        if name not in self._experiments:
+            self._experiments[name] = self._experiment(name, folder, tags)
+        return self._experiments[name]
+
+    def _experiment(self, name: str, folder: str, tags: dict[str, str] | None) -> str:
         found = self.client.get_experiment_by_name(name)
         if found is not None:
             return found.experiment_id
@@ -253,6 +266,12 @@ class Registry:
         """One MLflow run (nested in the active :meth:`parent_run`, if any) + a new registered version + the mirror
         row and the ``latest`` alias. ``record.name`` becomes the name registered (:func:`registered_name`: a model
         registered under its legacy name keeps it). Returns the version."""
+        return self.log_version_run(store, fit_run_id, record, model, figures, split)[0]
+
+    def log_version_run(self, store: Store, fit_run_id: str | None, record: VersionRecord, model: Model,
+                        figures: list[Path], split: dict[str, Any]) -> tuple[int, str]:
+        """:meth:`log_version`, returning (version, MLflow run id): figures drawn later are attached to that run
+        with :meth:`attach_figures`."""
         import mlflow
 
         self.check_mirror(store)
@@ -285,11 +304,19 @@ class Registry:
                                                            description=describe_version(record)).version)
         _mirror_version(store, record, model, version, run.info.run_id, fit_run_id, info.model_uri)
         set_mirror_alias(store, record.name, LATEST, version)
-        return version
+        return version, run.info.run_id
+
+    def attach_figures(self, run_id: str, figures: list[Path]) -> None:
+        """Log figures (drawn after the version's run ended) into the run's ``plots`` artifacts, where
+        :meth:`log_version` puts the figures it is given."""
+        for figure in figures:
+            self.client.log_artifact(run_id, str(figure), "plots")
 
     def _ensure_registered(self, record: VersionRecord) -> None:
         from mlflow.exceptions import MlflowException
 
+        if record.name in self._registered:
+            return
         try:
             self.client.get_registered_model(record.name)
         except MlflowException:
@@ -297,6 +324,7 @@ class Registry:
                 record.name, tags={"platform": record.platform},  # the models list shows it whole
                 description=f"{describe_model(record)}. One version per fit; the alias champion marks the "
                             f"version predictions use.")
+        self._registered.add(record.name)
 
     # ---- aliases and loading -------------------------------------------------------------------------------
     def set_champion(self, store: Store, name: str, version: int) -> None:

@@ -72,7 +72,7 @@ def steps(report_dir: str) -> list[Step]:
     plan += [
         Step("ops-from-traces", ("collect", "ops", "--from-traces"),
              "kernel microbenchmarks of the op shapes the recorded workloads contain (shapes only, no timings)"),
-        Step("fit", ("fit", "--all", "--budget-minutes", "6", "--summary"),
+        Step("fit", ("fit", "--all", "--budget-minutes", "3", "--summary"),
              "fit kernel and collective models (MLflow registry)"),
         Step("overheads", ("fit", "overheads"), "extract CPU overheads from the traces"),
         Step("predict", ("predict", "--all"), "predict every workload run from its traces"),
