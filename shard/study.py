@@ -131,7 +131,7 @@ def run_study(store: Store, platform: str, task: ShardTask, settings: StudySetti
         else:
             origins.append(f"derived-from:{source.trace_set_id}")
         sources.append(source)
-        graph = load_graphs(store, source.trace_set_id, pick="best", detail=True)[0]
+        graph = load_graphs(store, source.trace_set_id, pick="best", detail=True, reuse=predictor.session.reuse)[0]
         for plan in members:
             begin = time.perf_counter()
             derived = derive(graph, source.ranks, task, plan, stats)

@@ -23,6 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
+from pmdb.traces.reuse import cached_bytes
+
 LLC_NOT_L2 = 0.5   # cold share of bytes found in the LLC by an op whose warm timing had them in L2
 UNKNOWN = 0.5      # cold share of an op without reuse distances (the blend)
 
@@ -35,8 +37,8 @@ def cold_share(reuse: Sequence[Sequence[float]], l2_bytes: float, llc_bytes: flo
     warm_from_l2 = total <= l2_bytes
     cold = 0.0
     for distance, size in reuse:
-        in_l2 = min(max(l2_bytes - distance, 0.0), size)
-        in_llc = min(max(llc_bytes - distance, 0.0), size) - in_l2
+        in_l2 = cached_bytes(distance, size, l2_bytes)
+        in_llc = cached_bytes(distance, size, llc_bytes) - in_l2
         cold += (size - in_l2 - in_llc) + (LLC_NOT_L2 * in_llc if warm_from_l2 else 0.0)
     return min(max(cold / total, 0.0), 1.0)
 

@@ -122,7 +122,7 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
     session = PredictionSession(store, target, models=models, cache_state=cache_state,
                                 overhead_version=overhead_version, overheads_from=overheads_from)
     workload_id = None if pd.isna(info.get("workload_id")) else int(info["workload_id"])
-    graph = load_graphs(store, trace_set_id, pick="best", detail=session.detail)[0]
+    graph = load_graphs(store, trace_set_id, pick="best", detail=session.detail, reuse=session.reuse)[0]
     pred = session.prediction(graph, EmbeddingStats.from_store(store, workload_id), source_platform=source,
                               trace_set_id=trace_set_id, threads=_threads(store, trace_set_id, run_id),
                               measured_us=measured, workload_run_id=run_id, timeline=timeline)

@@ -16,7 +16,7 @@ from simulator import chrome_trace
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, TimedOp, simulate, steady_period
-from simulator.model_set import ModelSelection, ModelSet, Overheads, check_cache_state, load_model_set
+from simulator.model_set import REUSE, ModelSelection, ModelSet, Overheads, check_cache_state, load_model_set
 from simulator.store_rows import ModelUse, Prediction
 from simulator.threads import comm_shares_core
 from simulator.timing import ModelTiming
@@ -106,6 +106,11 @@ class PredictionSession:
     def detail(self) -> bool:
         """Whether graphs need every nested op (CPU overheads are per op call, so sync-host platforms do)."""
         return self.platform.sync_host
+
+    @property
+    def reuse(self) -> bool:
+        """Whether graphs need their ops' reuse distances (``--cache-state reuse``, :mod:`simulator.cache_levels`)."""
+        return self.models.selection is not None and self.models.selection.cache_state == REUSE
 
     def shares_core(self, world_size: int, threads: int | None) -> bool:
         """The core rule for a graph of ``world_size`` ranks of ``threads`` intra-op threads each."""

@@ -54,7 +54,8 @@ def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[st
         session = PredictionSession(store, target_platform or source.platform, models=models,
                                     cache_state=cache_state, overhead_version=overhead_version,
                                     overheads_from=overheads_from)
-        graph = load_graphs(store, source.trace_set_id, pick="best", detail=session.detail)[0]
+        graph = load_graphs(store, source.trace_set_id, pick="best", detail=session.detail,
+                            reuse=session.reuse)[0]
         derived = [derive(store, source, spec, detail=session.detail, reshard=hook, sharder=name, graph=graph)
                    for name, hook in hooks]
         recorded = session.prediction(graph, EmbeddingStats.from_store(store, source.workload_id),

@@ -237,12 +237,13 @@ def _copy_waits(graphs: dict[int | None, RankGraph]) -> None:
 
 
 def load_graphs(store: Store, trace_set_id: int, *, pick: str = "all", detail: bool = False,
-                shapes: bool | None = None) -> list[TraceGraph]:
+                shapes: bool | None = None, reuse: bool = False) -> list[TraceGraph]:
     """TraceGraphs of the complete iterations present on every rank (one when the trace marks none).
 
     ``pick='all'`` gives every such iteration; ``pick='best'`` only the one model mode sees best (most ops linked to
     the execution trace; the first on ties). ``detail`` also builds each op's child ops (``Op.sub``); ``shapes``
-    reads input shapes and attributes (default: when picking for model mode or building details).
+    reads input shapes and attributes (default: when picking for model mode or building details); ``reuse`` also
+    gives every op with an ET twin its inputs' reuse distances (``Op.reuse``, :mod:`pmdb.traces.reuse`).
     """
     if pick not in ("all", "best"):
         raise PmdbError(f"bad iteration pick {pick!r}: use all or best")
@@ -256,8 +257,9 @@ def load_graphs(store: Store, trace_set_id: int, *, pick: str = "all", detail: b
         counts = linked_counts(store, trace_set_id)
         wanted = [max(wanted, key=lambda k: (counts.get(k, 0), -k))]
     shapes = (pick == "best" or detail) if shapes is None else shapes
-    frames = load_rank_frames(store, trace_set_id, None if None in wanted else wanted, shapes=shapes)
-    builders = {rank: RankUnits(f, shapes) for rank, f in sorted(frames.items())}
+    frames = load_rank_frames(store, trace_set_id, None if None in wanted else wanted, shapes=shapes,
+                              tensor_sizes=reuse)
+    builders = {rank: RankUnits(f, shapes, reuse) for rank, f in sorted(frames.items())}
     per_rank = {}
     for rank, builder in builders.items():
         graphs = _rank_iterations(builder, wanted, detail)

@@ -20,7 +20,7 @@ Needs the tensor sizes (``input_tensors`` entries with numel and itemsize); entr
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -106,21 +106,16 @@ def reuse_distances(ops: pd.DataFrame) -> dict[int, Reuse]:
     return out
 
 
+def cached_bytes(distance: float, size: float, capacity_bytes: float) -> float:
+    """Bytes of a storage still in an LRU cache of ``capacity_bytes`` after ``distance`` bytes of other data:
+    ``clip(capacity - distance, 0, size)``."""
+    return min(max(capacity_bytes - distance, 0.0), size)
+
+
 def warm_share(reuse: Reuse | Sequence[Sequence[float]], capacity_bytes: float) -> float:
     """Share of an op's input bytes still cached under LRU with ``capacity_bytes`` (NaN when the op has no sized
-    inputs): each storage holds ``clip(capacity - distance, 0, size)`` of its bytes."""
+    inputs, or no capacity)."""
     total = sum(size for _, size in reuse)
     if not total or not capacity_bytes or capacity_bytes <= 0:
         return math.nan
-    cached = sum(min(max(capacity_bytes - distance, 0.0), size) for distance, size in reuse)
-    return cached / total
-
-
-def mean_share(reuses: Iterable[Reuse], capacity_bytes: float) -> float:
-    """Byte-weighted warm share over several ops (NaN when none has sized inputs)."""
-    total = cached = 0.0
-    for reuse in reuses:
-        for distance, size in reuse:
-            total += size
-            cached += min(max(capacity_bytes - distance, 0.0), size)
-    return cached / total if total else math.nan
+    return sum(cached_bytes(distance, size, capacity_bytes) for distance, size in reuse) / total

@@ -17,7 +17,7 @@ from pmdb.store import Store
 # a stored tensor entry is [arg, tensor_id, storage_id, offset, numel, itemsize, device]: keep what is used
 _TENSORS = ("CAST(json_extract({c}, '$[*][0]') AS BIGINT[]) AS {c}_arg, "
             "CAST(json_extract({c}, '$[*][2]') AS BIGINT[]) AS {c}_storage")
-# model mode also reads each tensor's size (reuse distances, pmdb.traces.reuse)
+# each tensor's size, read when reuse distances are asked for (pmdb.traces.reuse)
 _TENSOR_SIZES = ("CAST(json_extract({c}, '$[*][4]') AS BIGINT[]) AS {c}_numel, "
                  "CAST(json_extract({c}, '$[*][5]') AS BIGINT[]) AS {c}_item")
 _SIZES = ("CAST(json_extract(input_tensors, '$[*][0]') AS BIGINT[]) AS arg, "
@@ -177,15 +177,16 @@ def _kineto(store: Store, trace_ids: list[int], iterations: list[int] | None, sh
 
 
 def _et(store: Store, ranges: dict[int, tuple[int, int] | None], shapes: bool,
-        iterations: list[int] | None = None) -> dict[int, pd.DataFrame]:
+        iterations: list[int] | None = None, tensor_sizes: bool = False) -> dict[int, pd.DataFrame]:
     """ET trace id -> its rows over an op id range (None: all), or of ``iterations`` (ETs without a Kineto trace:
-    their own iteration markers)."""
+    their own iteration markers); ``tensor_sizes``: every tensor entry with its numel and itemsize."""
     if not ranges:
         return {}
     cols = _ET + ", " + _TENSORS.format(c="input_tensors") + ", " + _TENSORS.format(c="output_tensors")
     if shapes:
-        cols += (f", input_shapes, {_ATTRS}, " + _TENSOR_SIZES.format(c="input_tensors") + ", "
-                 + _TENSOR_SIZES.format(c="output_tensors"))
+        cols += f", input_shapes, {_ATTRS}"
+    if tensor_sizes:
+        cols += ", " + _TENSOR_SIZES.format(c="input_tensors") + ", " + _TENSOR_SIZES.format(c="output_tensors")
     bounds = ", ".join(f"({int(t)}, {int(r[0]) if r else -2 ** 62}, {int(r[1]) if r else 2 ** 62})"
                        for t, r in ranges.items())
     where = "" if iterations is None else f" WHERE iteration IN ({_in(iterations)})"
@@ -198,7 +199,7 @@ def _et(store: Store, ranges: dict[int, tuple[int, int] | None], shapes: bool,
     for trace_id, frame in frames.items():
         sizes = all_sizes.get(trace_id, {})
         n = len(frame)
-        own = {c: (frame[f"{c}_numel"], frame[f"{c}_item"]) if shapes else ([None] * n, [None] * n)
+        own = {c: (frame[f"{c}_numel"], frame[f"{c}_item"]) if tensor_sizes else ([None] * n, [None] * n)
                for c in ("input_tensors", "output_tensors")}
         frame["input_tensors"] = [_entries(a, s, sizes.get(int(i)), k, b) for i, a, s, k, b in
                                   zip(frame["op_id"], frame["input_tensors_arg"], frame["input_tensors_storage"],
@@ -207,7 +208,7 @@ def _et(store: Store, ranges: dict[int, tuple[int, int] | None], shapes: bool,
                                    zip(frame["output_tensors_arg"], frame["output_tensors_storage"],
                                        *own["output_tensors"])]
         frame = frame.drop(columns=[f"{c}_{f}" for c in ("input_tensors", "output_tensors")
-                                    for f in ("arg", "storage") + (("numel", "item") if shapes else ())])
+                                    for f in ("arg", "storage") + (("numel", "item") if tensor_sizes else ())])
         schemas = [None if s is None or (isinstance(s, float) and np.isnan(s)) else s for s in frame["op_schema"]]
         if shapes:
             frame["input_shapes"] = _json(frame["input_shapes"])
@@ -220,10 +221,10 @@ def _et(store: Store, ranges: dict[int, tuple[int, int] | None], shapes: bool,
 
 
 def load_rank_frames(store: Store, trace_set_id: int, iterations: list[int] | None = None,
-                     shapes: bool = False) -> dict[int, RankFrames]:
+                     shapes: bool = False, tensor_sizes: bool = False) -> dict[int, RankFrames]:
     """rank -> the rows of ``iterations`` (all when None) of a trace set; ``shapes`` also reads input shapes and
-    attributes (model mode). ET rows are read over the id range linked to the chosen Kineto rows. Each kind of row
-    is read for every rank in one query."""
+    attributes (model mode), ``tensor_sizes`` every ET tensor's size (reuse distances). ET rows are read over the id
+    range linked to the chosen Kineto rows. Each kind of row is read for every rank in one query."""
     ranks = {int(rank): dict(zip(g["kind"], g["trace_id"].astype(int)))
              for rank, g in _traces(store, trace_set_id).groupby("rank")}
     kids = [ids["kineto"] for ids in ranks.values() if "kineto" in ids]
@@ -238,7 +239,8 @@ def load_rank_frames(store: Store, trace_set_id: int, iterations: list[int] | No
         linked = kineto[ids["kineto"]]["linked_op_id"].dropna()
         linked_ranges[ids["et"]] = ((int(linked.min()), int(linked.max())) if len(linked) and iterations is not None
                                     else None)
-    et = {**_et(store, linked_ranges, shapes), **_et(store, own_iterations, shapes, iterations)}
+    et = {**_et(store, linked_ranges, shapes, tensor_sizes=tensor_sizes),
+          **_et(store, own_iterations, shapes, iterations, tensor_sizes)}
     kernels, its = {}, {}
     if kids:
         same = "" if iterations is None else f" AND o.iteration IN ({_in(iterations)})"

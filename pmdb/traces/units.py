@@ -38,7 +38,7 @@ def nan_or(value: Any) -> float:
 class RankUnits:
     """The units of one rank and their iterations."""
 
-    def __init__(self, frames: RankFrames, with_shapes: bool = True):
+    def __init__(self, frames: RankFrames, with_shapes: bool = True, reuse: bool = False):
         self.frames = frames
         self.with_shapes = with_shapes  # False: shapes were not read (replay), children carry names only
         timed = frames.kineto_ops is not None
@@ -54,7 +54,7 @@ class RankUnits:
             et = frames.ops
             self.et = {int(i): {"input_shapes": s, "attrs": a, "input_tensors": t} for i, s, a, t in
                        zip(et["op_id"], et["input_shapes"], et["attrs"], et["input_tensors"])}
-            if with_shapes:   # model mode: each op's input reuse distances (sizes are read with the shapes)
+            if reuse:   # each op's input reuse distances (the frames were read with tensor sizes)
                 for op_id, reuse in reuse_distances(et).items():
                     self.et[op_id]["reuse"] = reuse
         self.parent = {int(i): (None if p is None or p != p else int(p)) for i, p in zip(self.base["op_id"],

@@ -29,7 +29,9 @@ def test_cold_share_by_level():
 @pytest.mark.slow
 def test_reuse_mode_prices_between_warm_and_cold(cpu_trace_set):
     store, ts, platform = cpu_trace_set
-    graph = load_graphs(store, ts, pick="best", detail=True)[0]
+    plain = load_graphs(store, ts, pick="best", detail=True)[0]
+    assert not any(op.reuse for rg in plain.ranks for op in rg.ops)   # read only when a prediction asks for it
+    graph = load_graphs(store, ts, pick="best", detail=True, reuse=True)[0]
     linears = [op for rg in graph.ranks for op in rg.ops if op.name == "aten::linear"]
     assert linears and all(op.reuse for op in linears)       # sized inputs from the execution trace
     assert all(size > 0 and distance >= 0 for op in linears for distance, size in op.reuse)
@@ -60,3 +62,30 @@ def test_reuse_mode_prices_between_warm_and_cold(cpu_trace_set):
     assert np.all(middle[inside] > all_warm[inside] * 1.01) and np.all(middle[inside] < all_cold[inside] * 0.99)
     unknown = times((None, None))           # no detected cache sizes: the blend (geometric mean)
     assert unknown == pytest.approx(np.sqrt(all_warm * all_cold), rel=1e-3)
+
+
+@pytest.mark.slow
+def test_predict_with_cache_state_reuse_reads_reuse_distances(cpu_trace_set):
+    """Through the registry and a prediction session: reuse mode loads the graph with its reuse distances (else
+    every op would be priced half-way, as blend prices it)."""
+    from fitters.overheads import fit_overheads
+    from fitters.registry import Registry, VersionRecord
+    from pmdb import platform as platforms
+    from simulator.predict import predict_trace_set
+
+    store, ts, platform = cpu_trace_set
+    with store.run("overheads", platform, {}) as run:
+        fit_overheads(store, run.run_id, platform)
+    registry = Registry(store.workspace)
+    for state, peaks in (("cold", {"gemm_flops": 5e9, "mem_bw": 1e9}), ("warm", {"gemm_flops": 50e9, "mem_bw": 10e9})):
+        record = VersionRecord(name=f"fully_connected.fwd.{state}~{platform}", platform=platform,
+                               op="fully_connected", family="roofline", pass_="fwd", implementation="torch",
+                               dtype="float32", cache_state=state, metrics={"gmae": 0.2, "mape": 0.25, "std": 0.1})
+        version = registry.log_version(store, None, record, uncalibrated("fully_connected", "fwd", "float32", peaks),
+                                       [], {})
+        registry.set_champion(store, record.name, version)
+    assert platforms.load(store, platform).cache_bytes[1]   # this machine's LLC was detected at registration
+    reuse = predict_trace_set(store, ts, cache_state="reuse")
+    blend = predict_trace_set(store, ts, cache_state="blend")
+    assert reuse.model_selection.cache_state == "reuse" and blend.model_selection.cache_state == "blend"
+    assert reuse.predicted_us != pytest.approx(blend.predicted_us, rel=1e-6)
