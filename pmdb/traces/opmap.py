@@ -280,6 +280,24 @@ def _grad(op: Op) -> list[int] | None:
     return tensors[0] if tensors else None
 
 
+def _reduced_dim(op: Op, name: str, m: int, n: int) -> int | None:
+    """K of the forward GEMM (out[M, N] = a[M, K] @ b[K, N]) from the gradient GEMMs nested in its backward node,
+    whatever order autograd runs them in: grad @ b^T ([M, N] @ [N, K]), a^T @ grad ([K, M] @ [M, N]) or, for a
+    weight kept transposed, grad^T @ a ([N, M] @ [M, K]); M and N are the output gradient's."""
+    for child, shapes in op.children:
+        if _short(child) != name:
+            continue
+        operands = _tensors(shapes)[:2]
+        if len(operands) < 2 or not operands[0] or not operands[1]:
+            continue
+        x, y = operands
+        if x[-2:] in ([m, n], [n, m]):   # grad @ b^T, or grad^T @ a: K is y's last dimension
+            return y[-1]
+        if y[-2:] == [m, n] and len(x) >= 2:   # a^T @ grad: K is x's rows
+            return x[-2]
+    return None
+
+
 def _backward(op: Op) -> Mapped | object | None:
     node = op.name[len(BACKWARD_PREFIX):]
     if node in VIEW_BACKWARDS:
@@ -293,12 +311,10 @@ def _backward(op: Op) -> Mapped | object | None:
         return None
     base = re.sub(r"Backward\d*$", "", node)
     if base in ("Addmm", "Mm", "Linear"):
-        mm = _child(op, ("mm",))
-        k = _dims(mm[1])[-1] if mm and len(mm) > 1 and _dims(mm[1]) else None
+        k = _reduced_dim(op, "mm", _numel(grad[:-1]), grad[-1])
         return Mapped("fully_connected", "bwd", _gemm(_numel(grad[:-1]), grad[-1], k)) if k else None
     if base in ("Bmm", "Baddbmm"):
-        mm = _child(op, ("bmm",))
-        k = _dims(mm[1])[-1] if mm and len(mm) > 1 and _dims(mm[1]) else None
+        k = _reduced_dim(op, "bmm", grad[-2], grad[-1]) if len(grad) >= 2 else None
         return Mapped("bmm", "bwd", _gemm(grad[-2], grad[-1], k, _numel(grad[:-2]))) if k else None
     if base in ("Convolution", "CudnnConvolution", "MkldnnConvolution"):
         shapes = _tensors(_child(op, ("convolution_backward",)) or [])
@@ -320,6 +336,12 @@ def _backward(op: Op) -> Mapped | object | None:
             return Mapped("tril", "bwd", {"B": z[0][0], "M": m, "N": m,
                                           "diag": 1 if grad[1] == m * (m + 1) // 2 else 0})
         return None
+    if base in ("Add", "Sub", "Mul") and op.children:
+        work = [name for name, shapes in op.children if _short(name) != node and _tensors(shapes)]
+        if not work:   # the gradient passes through unchanged: no kernel, only the node's own overhead
+            return NO_WORK
+        if base == "Mul" and [_short(name) for name in work] == ["mul"]:   # one operand needs a gradient
+            return Mapped("mul", "fwd", _rows_cols(grad))
     lowered = {"Threshold": "relu", "Relu": "relu", "Gelu": "gelu", "Tanh": "tanh", "Sigmoid": "sigmoid",
                "Softmax": "softmax", "LogSoftmax": "softmax", "Add": "add", "Mul": "mul"}
     if base in lowered:

@@ -67,6 +67,28 @@ def test_backward_nodes_read_gradient_and_nested_ops():
     assert map_op(relu) == Mapped("relu", "bwd", {"M": 64, "N": 32})
     bmm = Op(BWD + "BmmBackward0", children=[("BmmBackward0", [[8, 9, 9]]), ("aten::bmm", [[8, 9, 9], [8, 9, 16]])])
     assert map_op(bmm) == Mapped("bmm", "bwd", {"B": 8, "M": 9, "N": 9, "K": 16})
+    # autograd may run mat2's gradient (a^T @ grad) first: K is then its first operand's rows, not the grad's N
+    # (recorded: xlnet's [32, 64, 16] @ [32, 16, 128] and DLRM's interaction [256, 7, 64] @ [256, 64, 7])
+    xlnet = Op(BWD + "BmmBackward0", children=[("BmmBackward0", [[32, 64, 128]]),
+                                               ("aten::bmm", [[32, 16, 64], [32, 64, 128]]),
+                                               ("aten::bmm", [[32, 64, 128], [32, 128, 16]])])
+    assert map_op(xlnet) == Mapped("bmm", "bwd", {"B": 32, "M": 64, "N": 128, "K": 16})
+    interaction = Op(BWD + "BmmBackward0", children=[("BmmBackward0", [[256, 7, 7]]),
+                                                     ("aten::bmm", [[256, 64, 7], [256, 7, 7]]),
+                                                     ("aten::bmm", [[256, 7, 7], [256, 7, 64]])])
+    assert map_op(interaction) == Mapped("bmm", "bwd", {"B": 256, "M": 7, "N": 7, "K": 64})
+    # element-wise gradients as recorded: a pass-through add is no work, a mul with one operand needing a gradient
+    # is one multiplication, with both the two the microbenchmark's backward runs
+    assert map_op(Op(BWD + "AddBackward0", children=[("AddBackward0", [[64, 8, 64]])])) is NO_WORK
+    one = Op(BWD + "MulBackward0", children=[("MulBackward0", [[64, 8]]), ("aten::mul", [[64, 8], []]),
+                                             ("aten::to", [[], [], []])])
+    assert map_op(one) == Mapped("mul", "fwd", {"M": 64, "N": 8})
+    two = Op(BWD + "MulBackward0", children=[("MulBackward0", [[64, 8]]), ("aten::mul", [[64, 8], [64, 8]]),
+                                             ("aten::mul", [[64, 8], [64, 8]])])
+    assert map_op(two) == Mapped("mul", "bwd", {"M": 64, "N": 8})
+    assert map_op(Op(BWD + "MulBackward0", input_shapes=[[64, 8]])) == Mapped("mul", "bwd", {"M": 64, "N": 8})
+    only_mat2 = Op(BWD + "MmBackward0", children=[("MmBackward0", [[64, 8]]), ("aten::mm", [[32, 64], [64, 8]])])
+    assert map_op(only_mat2) == Mapped("fully_connected", "bwd", {"B": 1, "M": 64, "N": 8, "K": 32})
     index = Op(BWD + "IndexBackward0", children=[("IndexBackward0", [[64, 36]]), ("aten::new_zeros", [[64, 36], []]),
                                                  ("aten::index_put_", [[64, 9, 9], [[36], [36]], [64, 36], []])])
     assert map_op(index) == Mapped("tril", "bwd", {"B": 64, "M": 9, "N": 9, "diag": 0})
