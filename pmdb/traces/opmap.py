@@ -280,6 +280,22 @@ def _grad(op: Op) -> list[int] | None:
     return tensors[0] if tensors else None
 
 
+def _single_gemm(op: Op, base: str) -> Mapped | None:
+    """A GEMM's backward that computes one gradient only (the first layer's input needs none: only the weight's
+    gradient runs) is one forward-shaped GEMM, priced as that: the nested mm a[P, Q] @ b[Q, R] as fully_connected
+    M=P, K=Q, N=R (bmm: its batch too). None when the node holds two GEMMs or its nested ops are unknown."""
+    name = "bmm" if base in ("Bmm", "Baddbmm") else "mm"
+    gemms = [_tensors(shapes)[:2] for child, shapes in op.children if _short(child) == name]
+    if len(gemms) != 1 or len(gemms[0]) != 2:
+        return None
+    a, b = gemms[0]
+    if name == "mm" and len(a) == 2 and len(b) == 2:
+        return Mapped("fully_connected", "fwd", _gemm(a[0], b[1], a[1]))
+    if name == "bmm" and len(a) == 3 and len(b) == 3:
+        return Mapped("bmm", "fwd", _gemm(a[1], b[2], a[2], a[0]))
+    return None
+
+
 def _reduced_dim(op: Op, name: str, m: int, n: int) -> int | None:
     """K of the forward GEMM (out[M, N] = a[M, K] @ b[K, N]) from the gradient GEMMs nested in its backward node,
     whatever order autograd runs them in: grad @ b^T ([M, N] @ [N, K]), a^T @ grad ([K, M] @ [M, N]) or, for a
@@ -310,6 +326,8 @@ def _backward(op: Op) -> Mapped | object | None:
     if grad is None:
         return None
     base = re.sub(r"Backward\d*$", "", node)
+    if base in ("Addmm", "Mm", "Linear", "Bmm", "Baddbmm") and (single := _single_gemm(op, base)) is not None:
+        return single
     if base in ("Addmm", "Mm", "Linear"):
         k = _reduced_dim(op, "mm", _numel(grad[:-1]), grad[-1])
         return Mapped("fully_connected", "bwd", _gemm(_numel(grad[:-1]), grad[-1], k)) if k else None

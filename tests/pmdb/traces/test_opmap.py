@@ -61,11 +61,12 @@ def test_backward_nodes_read_gradient_and_nested_ops():
     # first layer: the input needs no gradient, only the weight-gradient mm is there
     first = Op(BWD + "AddmmBackward0", children=[("AddmmBackward0", [[64, 32]]), ("aten::t", [[64, 32]]),
                                                  ("aten::mm", [[32, 64], [64, 16]])])
-    assert map_op(first) == Mapped("fully_connected", "bwd", {"B": 1, "M": 64, "N": 32, "K": 16})
+    assert map_op(first) == Mapped("fully_connected", "fwd", {"B": 1, "M": 32, "N": 16, "K": 64})   # one GEMM
     relu = Op(BWD + "ReluBackward0", children=[("ReluBackward0", [[64, 32]]),
                                                ("aten::threshold_backward", [[64, 32], [64, 32], []])])
     assert map_op(relu) == Mapped("relu", "bwd", {"M": 64, "N": 32})
-    bmm = Op(BWD + "BmmBackward0", children=[("BmmBackward0", [[8, 9, 9]]), ("aten::bmm", [[8, 9, 9], [8, 9, 16]])])
+    bmm = Op(BWD + "BmmBackward0", children=[("BmmBackward0", [[8, 9, 9]]), ("aten::bmm", [[8, 9, 9], [8, 9, 16]]),
+                                             ("aten::bmm", [[8, 16, 9], [8, 9, 9]])])
     assert map_op(bmm) == Mapped("bmm", "bwd", {"B": 8, "M": 9, "N": 9, "K": 16})
     # autograd may run mat2's gradient (a^T @ grad) first: K is then its first operand's rows, not the grad's N
     # (recorded: xlnet's [32, 64, 16] @ [32, 16, 128] and DLRM's interaction [256, 7, 64] @ [256, 64, 7])
@@ -87,8 +88,9 @@ def test_backward_nodes_read_gradient_and_nested_ops():
                                              ("aten::mul", [[64, 8], [64, 8]])])
     assert map_op(two) == Mapped("mul", "bwd", {"M": 64, "N": 8})
     assert map_op(Op(BWD + "MulBackward0", input_shapes=[[64, 8]])) == Mapped("mul", "bwd", {"M": 64, "N": 8})
-    only_mat2 = Op(BWD + "MmBackward0", children=[("MmBackward0", [[64, 8]]), ("aten::mm", [[32, 64], [64, 8]])])
-    assert map_op(only_mat2) == Mapped("fully_connected", "bwd", {"B": 1, "M": 64, "N": 8, "K": 32})
+    only_mat2 = Op(BWD + "BmmBackward0", children=[("BmmBackward0", [[1, 1024, 64]]),
+                                                   ("aten::bmm", [[1, 64, 1024], [1, 1024, 64]])])
+    assert map_op(only_mat2) == Mapped("bmm", "fwd", {"B": 1, "M": 64, "N": 64, "K": 1024})
     index = Op(BWD + "IndexBackward0", children=[("IndexBackward0", [[64, 36]]), ("aten::new_zeros", [[64, 36], []]),
                                                  ("aten::index_put_", [[64, 9, 9], [[36], [36]], [64, 36], []])])
     assert map_op(index) == Mapped("tril", "bwd", {"B": 64, "M": 9, "N": 9, "diag": 0})
