@@ -12,6 +12,8 @@ From an empty workspace, every step an ordinary pmdb command (printed as it runs
 3. the derived configurations predicted with `pmdb predict --what-if --trace-set ID ...`: GPT-2 batch 12 and 24, and
    world size 2 (6 per rank); DLRM ws1 batch 96 and 384; DLRM ws2 plans size_greedy and lookup_greedy, and naive at
    batch 384; the recorded ones predicted from their own traces for reference (`pmdb predict --trace-set ID`);
+   then (unless `--no-measure-shapes`) each derived one again with `--measure-shapes`: its op shapes the store
+   lacks microbenchmarked and those ops refitted first (kernels only; the configuration itself never runs);
 4. ground truth of every configuration, recorded ones included: `--rounds` interleaved rounds (the order rotates),
    each a `pmdb collect workload ... --no-trace`; a configuration's time is the median of its rounds' medians;
 5. benchmarks/results/whatif_accuracy_<platform>.md: per configuration the predicted and measured times, the error,
@@ -19,7 +21,7 @@ From an empty workspace, every step an ordinary pmdb command (printed as it runs
    error: (1 + error) / (1 + recorded config's error) - 1, what the what-if adds to the error the models already
    make on the recorded configuration (the ratio of predicted to measured scaling); the load average at start and end.
 
-    .venv/bin/python benchmarks/whatif_accuracy.py [--workspace DIR] [--rounds 3] [--out FILE]
+    .venv/bin/python benchmarks/whatif_accuracy.py [--workspace DIR] [--rounds 3] [--no-measure-shapes] [--out FILE]
 
 About 10 minutes on a 2-core machine (measured: 13:29-13:39 on 2026-11-25; the Markdown lists each command's time).
 """
@@ -114,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace", type=Path, default=None,
                         help="workspace to build (default: a new temporary one; must not exist)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved ground-truth rounds (at least 3)")
+    parser.add_argument("--measure-shapes", action=argparse.BooleanOptionalAction, default=True,
+                        help="also predict each derived configuration with `--measure-shapes` (its new op shapes "
+                             "microbenchmarked and their ops refitted first): one more column")
     parser.add_argument("--out", type=Path, default=None,
                         help="Markdown results (default benchmarks/results/whatif_accuracy_<platform>.md)")
     args = parser.parse_args(argv)
@@ -146,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
             out = pmdb(home, "predict", "--what-if", "--trace-set", str(recorded[config.recorded]), *config.what_if,
                        "--format", "json", log=log)
         predicted[config.name] = json.loads(out)[0]
+    measured_shapes: dict[str, dict] = {}      # 3b. the same what-ifs with their new op shapes measured first
+    if args.measure_shapes:
+        for config in CONFIGS:
+            if config.recorded is not None:
+                out = pmdb(home, "predict", "--what-if", "--trace-set", str(recorded[config.recorded]),
+                           *config.what_if, "--measure-shapes", "--format", "json", log=log)
+                measured_shapes[config.name] = json.loads(out)[0]
     for round_ in range(args.rounds):          # 4. ground truth, interleaved
         order = list(CONFIGS[round_ % len(CONFIGS):]) + list(CONFIGS[:round_ % len(CONFIGS)])
         for config in order:
@@ -163,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
              f"median of its ground-truth runs; *derivation*: (1 + error) / (1 + recorded config's error) - 1, the "
              f"error the what-if adds to the one the models make on the recorded configuration.", "",
              "| configuration | derived from | predicted ms | measured ms | error | spread | recorded config's error "
-             "| derivation |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| derivation | shapes measured: predicted ms | error |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    with_shapes: dict[str, float] = {}
     added: dict[str, float] = {}
     errors = {}
     for config in CONFIGS:
@@ -177,15 +190,25 @@ def main(argv: list[str] | None = None) -> int:
         base = errors.get(config.recorded) if config.recorded else None
         if base is not None and errors[config.name] is not None:
             added[config.name] = (1 + errors[config.name]) / (1 + base) - 1
+        shaped = measured_shapes.get(config.name, {}).get("predicted_ms")
+        if shaped is not None and measured:
+            with_shapes[config.name] = (shaped * 1000 - measured) / measured
         lines.append(f"| {config.name} | {config.recorded or '(recorded)'} | {pred / 1000:.3f} | "
                      f"{'-' if measured is None else f'{measured / 1000:.3f}'} | {_pct(errors[config.name])} | "
                      f"{'-' if spread is None else f'{100 * spread:.1f}%'} | {_pct(base)} | "
-                     f"{_pct(added.get(config.name))} |")
+                     f"{_pct(added.get(config.name))} | {'-' if shaped is None else f'{shaped:.3f}'} | "
+                     f"{_pct(with_shapes.get(config.name))} |")
     derived = [abs(e) for c, e in errors.items() if e is not None and next(x for x in CONFIGS if x.name == c).recorded]
     if derived:
         gmae = statistics.geometric_mean([e + 4e-4 for e in derived])
         lines += ["", f"Derived configurations: geomean |error| {100 * gmae:.1f}%, max {100 * max(derived):.1f}% "
                       f"(n = {len(derived)})."]
+    if with_shapes:
+        shaped_errors = [abs(e) for e in with_shapes.values()]
+        lines += ["", f"The same derived configurations with `--measure-shapes` (their new op shapes microbenchmarked "
+                      f"and those ops refitted before predicting): geomean |error| "
+                      f"{100 * statistics.geometric_mean([e + 4e-4 for e in shaped_errors]):.1f}%, max "
+                      f"{100 * max(shaped_errors):.1f}% (n = {len(shaped_errors)})."]
     if added:
         own = [abs(e) for e in added.values()]
         lines += ["", f"The derivations alone (error relative to the recorded configuration's): geomean "

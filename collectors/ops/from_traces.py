@@ -22,7 +22,7 @@ from collectors.workloads.graph_only import KIND as GRAPH_KIND
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
-from pmdb.traces.graph import Op
+from pmdb.traces.graph import Op, TraceGraph
 from pmdb.traces.opmap import Mapped, map_op
 from pmdb.traces.opmap import implementation as traced_implementation
 
@@ -108,7 +108,8 @@ def _tables(store: Store, trace_set_id: int) -> dict[int, list[dict[str, Any]]]:
         "AND b.rank IS NOT NULL GROUP BY b.rank, b.table_index ORDER BY b.rank, b.table_index", [trace_set_id])
     out: dict[int, list[dict[str, Any]]] = {}
     for row in frame.itertuples(index=False):
-        out.setdefault(int(row.rank), []).append({"E": int(row.E), "D": int(row.D), "B": int(row.B),
+        out.setdefault(int(row.rank), []).append({"table": int(row.table_index), "E": int(row.E), "D": int(row.D),
+                                                  "B": int(row.B),
                                                   "L": max(round(float(row.L), 2), 0.01), "source": row.source})
     return out
 
@@ -181,6 +182,23 @@ class _Collector:
             self.out.targets.append(Target(op, self._configs[key], tuple(p for p in ("fwd", "bwd") if p in passes),
                                            impls))
         return self.out
+
+
+def graph_shapes(graphs: list[tuple[int, TraceGraph, dict[int, list[dict[str, Any]]]]], ops: list[str] | None = None,
+                 optimizer: str = "exact_sgd") -> TracedShapes:
+    """The distinct (op, pass, config) of graphs a caller built (a what-if's derived configurations: (the recorded
+    trace set it derives from, its graph, rank -> tables {E, D, B, L, source})), ready for the sweep."""
+    collector = _Collector(ops, optimizer)
+    for trace_set_id, graph, tables in graphs:
+        collector.out.trace_sets.append(trace_set_id)
+        for rank_graph in graph.ranks:
+            collector.rank(rank_graph.ops, tables.get(rank_graph.rank))
+    return collector.result()
+
+
+def stored_tables(store: Store, trace_set_id: int) -> dict[int, list[dict[str, Any]]]:
+    """rank -> the tables {E, D, B, L, source} a stored trace set's workload looked up (see :func:`traced_shapes`)."""
+    return _tables(store, trace_set_id)
 
 
 def traced_shapes(store: Store, trace_set_ids: list[int], ops: list[str] | None = None,

@@ -11,7 +11,8 @@ import pandas as pd
 from collectors.embedding.indices import make_source
 from collectors.embedding.tbe import OPTIMIZERS
 from collectors.ops import catalogue
-from collectors.ops.from_traces import TracedShapes, select_trace_sets, shape_counts, traced_shapes
+from collectors.ops.from_traces import (TracedShapes, graph_shapes, select_trace_sets, shape_counts,
+                                        traced_shapes)
 from collectors.ops.peaks import measure_peaks, store_peaks
 from collectors.ops.sweep import Sweep, SweepOptions, device_for, plan
 from pmdb import platform as platforms
@@ -21,10 +22,13 @@ from pmdb.store import Store
 
 @dataclass
 class TraceSelection:
-    """``--from-traces``: which stored trace sets give the op shapes (None = every trace set of the platform)."""
+    """``--from-traces``: which stored trace sets give the op shapes (None = every trace set of the platform); or
+    ``graphs`` a caller derived ((the recorded trace set they derive from, graph, rank -> tables),
+    :func:`collectors.ops.from_traces.graph_shapes`: a what-if's configurations, measured before they are predicted)."""
 
     run_id: str | None = None
     trace_set_id: int | None = None
+    graphs: list[tuple[int, Any, dict[int, list[dict[str, Any]]]]] | None = None
 
 
 @dataclass
@@ -77,8 +81,12 @@ def run_ops(store: Store, platform: str | None, options: SweepOptions, traces: T
     traced, counts = None, []
     if traces is not None:
         args.update(from_traces=True, from_run=traces.run_id, from_trace_set=traces.trace_set_id)
-        traced = traced_shapes(store, select_trace_sets(store, name, traces.run_id, traces.trace_set_id),
-                               options.ops, options.optimizer)
+        if traces.graphs is not None:
+            args.update(from_what_if=sorted({g[0] for g in traces.graphs}))
+            traced = graph_shapes(traces.graphs, options.ops, options.optimizer)
+        else:
+            traced = traced_shapes(store, select_trace_sets(store, name, traces.run_id, traces.trace_set_id),
+                                   options.ops, options.optimizer)
         options.targets = traced.targets
         items, _ = plan(store, name, options, device_for(store, name))
         counts = shape_counts(traced, items)

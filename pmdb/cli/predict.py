@@ -126,6 +126,11 @@ def predict(ctx: typer.Context,
             recorded_batch: Optional[int] = typer.Option(None, "--recorded-batch",
                                                          help="With --what-if: the global batch of a trace set "
                                                               "that has no workload row (an imported trace)."),
+            measure_shapes: bool = typer.Option(False, "--measure-shapes",
+                                                help="With --what-if on this machine: first microbenchmark the "
+                                                     "derived configuration's op shapes the store lacks (kernels "
+                                                     "only, warm and cold) and refit those ops (new versions, "
+                                                     "champions may move), then predict."),
             fmt: str = typer.Option("table", "--format", help="Output format: table, csv or json.")) -> None:
     """Predict the per-iteration time of a workload run or trace set (Algorithm 1 over all ranks), print it with
     the measured time and the error, and store it with the model and overhead versions used."""
@@ -139,9 +144,11 @@ def predict(ctx: typer.Context,
     models = with_collectives(models, collectives)
     if mode not in MODES:
         raise PmdbError(f"bad --mode {mode!r}: use model or replay")
-    if what_if or batch_size is not None or world_size is not None or sharder or recorded_batch is not None:
+    if what_if or batch_size is not None or world_size is not None or sharder or recorded_batch is not None \
+            or measure_shapes:
         if not what_if:
-            raise PmdbError("--batch-size, --world-size, --sharder and --recorded-batch go with --what-if")
+            raise PmdbError("--batch-size, --world-size, --sharder, --recorded-batch and --measure-shapes go with "
+                            "--what-if")
         if all_:
             raise PmdbError("--what-if derives from one trace set: give --trace-set ID, not --all")
         if export_trace is not None or log_mlflow:
@@ -152,7 +159,8 @@ def predict(ctx: typer.Context,
         return derive_and_predict(ctx, trace_set=trace_set, run_id=run_id, batch_size=batch_size,
                                   world_size=world_size, sharders=sharder, recorded_batch=recorded_batch, mode=mode,
                                   models=models, target_platform=target_platform, cache_state=cache_state,
-                                  overhead_version=overhead_version, overheads_from=overheads_from, fmt=fmt)
+                                  overhead_version=overhead_version, overheads_from=overheads_from, fmt=fmt,
+                                  measure_shapes=measure_shapes)
     options = dict(mode=mode, models=models, target_platform=target_platform, cache_state=cache_state,
                    overhead_version=overhead_version, overheads_from=overheads_from)
     with open_store(ctx) as store:

@@ -41,7 +41,8 @@ def describe(kind: str, args: dict[str, Any], workload: Optional[dict[str, Any]]
                  "graph-only" if given.get("graph_only") else ""]
         return " ".join(w for w in words if w)
     if kind == "ops":
-        source = "from traces" if given.get("from_traces") else f"sweep {given.get('sweep', 'default')}"
+        source = ("what-if shapes of set " + ",".join(map(str, given["from_what_if"])) if given.get("from_what_if")
+                  else "from traces" if given.get("from_traces") else f"sweep {given.get('sweep', 'default')}")
         return source + (f" {_listed(given['ops'])}" if "ops" in given else "")
     if kind == "comms":
         return " ".join(w for w in (str(given.get("backend", "")), f"ws{given['world_size']}"

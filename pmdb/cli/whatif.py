@@ -10,7 +10,7 @@ from typing import Optional
 import pandas as pd
 import typer
 
-from pmdb.cli.common import open_store, render
+from pmdb.cli.common import open_store, render, workspace
 from pmdb.errors import PmdbError
 
 
@@ -21,12 +21,13 @@ def _ms(us: Optional[float]) -> Optional[float]:
 def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[str], batch_size: Optional[int],
             world_size: Optional[int], sharders: list[str], recorded_batch: Optional[int], mode: str, models: str,
             target_platform: Optional[str], cache_state: Optional[str], overhead_version: Optional[int],
-            overheads_from: Optional[str], fmt: str) -> None:
+            overheads_from: Optional[str], fmt: str, measure_shapes: bool = False) -> None:
     """Derive, predict and store each asked configuration (one per ``--sharder``, else one)."""
     from simulator.model_set import check_cache_state
     from simulator.session import PredictionSession
     from simulator.store_rows import trace_set_for_run
     from simulator.whatif_predict import WhatIf, derive, predict_derived, source_set, source_threads
+    from simulator.whatif_shapes import check_local, measure_shapes as measure
     from pmdb.traces.from_store import load_graphs
     from simulator.embedding_stats import EmbeddingStats
 
@@ -51,20 +52,37 @@ def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[st
             from shard.reshard import reshard_hook
 
             hooks = [(name, reshard_hook(source, name)) for name in sharders]
-        session = PredictionSession(store, target_platform or source.platform, models=models,
-                                    cache_state=cache_state, overhead_version=overhead_version,
-                                    overheads_from=overheads_from)
+        def new_session() -> PredictionSession:
+            return PredictionSession(store, target_platform or source.platform, models=models,
+                                     cache_state=cache_state, overhead_version=overhead_version,
+                                     overheads_from=overheads_from)
+
+        session = new_session()
+        if measure_shapes:
+            check_local(store, session.platform.name)
         graph = load_graphs(store, source.trace_set_id, pick="best", detail=session.detail,
                             reuse=session.reuse)[0]
         derived = [derive(store, source, spec, detail=session.detail, reshard=hook, sharder=name, graph=graph)
                    for name, hook in hooks]
+        if measure_shapes:
+            done = measure(store, workspace(ctx), derived, session.platform.name,
+                           threads=source_threads(store, source), progress=sys.stderr.isatty())
+            print(textwrap.fill(
+                f"pmdb: measured {done.measured} new op shape(s) of the derived configuration(s) "
+                f"({done.already} already stored; ops run {done.ops_run})"
+                + (f"; refitted {', '.join(done.refitted)} ({done.fit_versions} versions)" if done.refitted
+                   else ""), 80, subsequent_indent="  "), file=sys.stderr)
+            for note in done.notes:
+                print(textwrap.fill(f"pmdb: note: {note}", 80, subsequent_indent="  "), file=sys.stderr)
+            session = new_session()   # the refitted versions
         recorded = session.prediction(graph, EmbeddingStats.from_store(store, source.workload_id),
                                       source_platform=source.platform,
                                       threads=source_threads(store, source)).predicted_us
         options = {"what_if": True, "trace_set": source.trace_set_id, "batch_size": batch_size,
                    "world_size": world_size, "sharders": sharders, "models": models,
                    "target_platform": session.platform.name, "cache_state": cache_state,
-                   "overhead_version": overhead_version, "overheads_from": overheads_from}
+                   "overhead_version": overhead_version, "overheads_from": overheads_from,
+                   "measure_shapes": measure_shapes}
         with store.run("predict", session.platform.name, options) as run:
             results = [predict_derived(store, run.run_id, d, session) for d in derived]
             run.summary = {"predictions": [r.prediction_id for r in results],

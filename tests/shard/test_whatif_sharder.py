@@ -72,3 +72,32 @@ def test_a_doubled_batch_with_another_plan(shard_ws, capsys):
 
 def _nodes(rank):
     return [node for op in rank.ops for node in oparg.walk(op)]
+
+
+def test_derived_lookups_become_collector_targets(shard_ws):
+    """--measure-shapes' input: a derived configuration's tables in the ops collector's form (sizes and pooling as
+    derived, each table's recorded index source), and its batched lookups as embedding targets at the new batch
+    holding the plan's tables per rank."""
+    from collectors.ops.from_traces import graph_shapes
+    from shard.reshard import reshard_hook
+    from simulator.whatif_predict import WhatIf, derive, source_set
+    from simulator.whatif_shapes import derived_tables
+
+    ts = shard_ws.trace_set_id
+    with Store.open(shard_ws.workspace, read_only=True) as store:
+        source = source_set(store, ts)
+        derived = derive(store, source, WhatIf(batch_size=32), detail=True, reshard=reshard_hook(source, "size_greedy"),
+                         sharder="size_greedy")
+        tables = derived_tables(store, derived)
+        config = dlrm_presets.from_dict(json.loads(store.scalar(
+            "SELECT config FROM workloads WHERE workload_id = ?", [source.workload_id])))
+    plan = sharders.shard("size_greedy", config.tables, 2)
+    assert sorted(tables) == [0, 1]
+    for rank, held in tables.items():
+        assert sorted(t["E"] for t in held) == sorted(config.tables[i].num_rows for i, r in enumerate(plan)
+                                                       if r == rank)
+        assert all(t["B"] == 32 and t["L"] > 0 and t["source"] for t in held)
+    shapes = graph_shapes([(ts, derived.graph, tables)])
+    lookups = [t for t in shapes.targets if t.op == "embedding_lookup"]
+    assert lookups and all(t.config["B"] == 32 for t in lookups)
+    assert sorted(e for t in lookups for e in t.config["E"]) == sorted(t.num_rows for t in config.tables)

@@ -179,6 +179,7 @@ def test_cli_what_if_prints_and_stores(mlp, capsys):
     (["--what-if", "--trace-set", "{ts}", "--batch-size", "16", "--mode", "replay"], "no trace times to replay"),
     (["--what-if", "--trace-set", "{ts}", "--sharder", "naive"], "needs a DLRM trace set"),
     (["--what-if", "--trace-set", "{ts}", "--batch-size", "0"], "at least 1"),
+    (["--trace-set", "{ts}", "--measure-shapes"], "go with --what-if"),
 ])
 def test_what_if_mistakes_are_one_line(mlp, capsys, args, message):
     workspace, ts, _ = mlp
@@ -208,6 +209,43 @@ def test_world_size_two_with_a_measured_all_reduce_model(mlp, capsys):
         assert len(ranks) == 2 and all(r["comm_kernel_us"] > 0 for r in ranks)
         used = store.query("SELECT name FROM prediction_models WHERE prediction_id = ?", [row["prediction_id"]])
         assert used["name"].str.contains("all_reduce").any()
+
+
+@pytest.mark.slow
+def test_measure_shapes_microbenchmarks_the_derived_shapes_and_refits(mlp, tmp_path, capsys):
+    """--measure-shapes: the batch-32 graph's GEMM shapes are measured here (never the run itself), the touched ops
+    refitted, and the prediction made with the new versions; asked again, nothing is new and nothing is refitted."""
+    import shutil
+
+    workspace, ts, _ = mlp
+    home = ["--home", str(shutil.copytree(workspace.home, tmp_path / "ws"))]
+    # a few sweep configs of fully_connected, so that it can be refitted; the other ops stay too small to fit
+    assert main([*home, "collect", "ops", "--op", "fully_connected", "--sweep", "quick", "--max-configs", "10",
+                 "--no-peaks", "--no-progress"]) == 0
+    capsys.readouterr()
+    ask = [*home, "predict", "--what-if", "--trace-set", str(ts), "--batch-size", "32", "--measure-shapes",
+           "--format", "json"]
+    assert main(ask) == 0
+    captured = capsys.readouterr()
+    row, err = json.loads(captured.out)[0], " ".join(captured.err.split())
+    assert "new op shape(s) of the derived configuration(s)" in err
+    assert "refitted fully_connected (" in err and "relu not refitted: too few" in err   # relu: one row
+    with Store.open(Workspace(tmp_path / "ws"), read_only=True) as store:
+        run = store.query("SELECT run_id, args FROM collection_runs WHERE kind = 'ops' "
+                          "AND args->>'$.from_what_if' IS NOT NULL").iloc[0]
+        assert json.loads(run["args"])["from_what_if"] == [ts]
+        fc = [json.loads(p) for p in store.query(
+            "SELECT params FROM op_measurements WHERE run_id = ? AND op = 'fully_connected' AND pass = 'fwd'",
+            [run["run_id"]])["params"]]
+        assert {"B": 1, "M": 32, "N": 32, "K": 16} in fc          # Linear 16 -> 32 at the derived batch
+        used = store.query("SELECT name, version FROM prediction_models WHERE prediction_id = ?",
+                           [row["prediction_id"]])
+        fitted = store.query("SELECT name, version FROM model_versions WHERE run_id IN (SELECT run_id FROM "
+                             "collection_runs WHERE kind = 'fit')")
+        assert set(zip(used["name"], used["version"])) & set(zip(fitted["name"], fitted["version"]))
+    assert main(ask) == 0
+    err = capsys.readouterr().err
+    assert "measured 0 new op shape(s)" in err and "refitted" not in err
 
 
 def test_an_imported_trace_needs_its_recorded_batch(mlp, mlp_trace_files, capsys):
