@@ -72,12 +72,12 @@ def kernel_error_dots(rows: pd.DataFrame, path: Path) -> Path | None:
     longest = max(int((rows["cache_state"] == s).sum()) for s in states)
     row_in = min(ROW_IN, (MAX_HEIGHT_IN - 2.0) / longest)
     font = max(4.0, min(8.0, row_in * 72 * 0.75))
-    width = min(12.0, max(9.0, 1.0 + 5.4 * len(states)))
+    width = min(13.0, max(9.0, 1.0 + 5.4 * len(states)))
     families = sorted({f for o in rows["others"] for f in o} | set(rows["family"]))
     ncol = int(width // 1.9)
     legend_rows = -(-(2 + len(families)) // ncol)
     height = 1.3 + 0.2 * legend_rows + row_in * longest
-    fig, axes = plt.subplots(1, len(states), figsize=(width, height), squeeze=False)
+    fig, axes = plt.subplots(1, len(states), figsize=(width, height), squeeze=False, layout="constrained")
     values = [100 * rows["test_gmae"]] + [100 * pd.Series(list(o.values())) for o in rows["others"] if o]
     every = pd.concat(values).replace(0, np.nan).dropna()
     lo, hi = (max(float(every.min()) / 1.6, 0.01), float(every.max()) * 1.6) if len(every) else (0.01, 100.0)
@@ -98,7 +98,11 @@ def kernel_error_dots(rows: pd.DataFrame, path: Path) -> Path | None:
         ax.scatter(gm[champion], y[champion], s=30, c="#c44e52", zorder=3)
         ax.scatter(gm[~champion], y[~champion], s=30, c="#4c72b0", zorder=3)
         ax.hlines(y, lo, gm, color="0.85", lw=0.6, zorder=1)
-        labels = [f"{row_label(r, common)}  (n={int(r['n_test']) if pd.notna(r['n_test']) else '?'})"
+        # a panel of one platform names it in its title, so that its labels stay short and clear of the panel
+        # to their left
+        platforms = part["platform"].dropna().unique() if "platform" in part else []
+        own = {**common, "platform": str(platforms[0])} if len(platforms) == 1 else common
+        labels = [f"{row_label(r, own)}  (n={int(r['n_test']) if pd.notna(r['n_test']) else '?'})"
                   for _, r in part.iterrows()]
         ax.set_yticks(y, labels, fontsize=font)
         ax.set_ylim(len(part) - 0.5, -0.5)
@@ -110,7 +114,8 @@ def kernel_error_dots(rows: pd.DataFrame, path: Path) -> Path | None:
                 ax.axvline(mark, color="0.6", ls=":", lw=0.8)
         ax.set_xlabel("held-out test GMAE (%), log scale", fontsize=8)
         ax.tick_params(axis="x", labelsize=7)
-        ax.set_title(f"cache state {state}: {len(part)} models, worst first", fontsize=9)
+        where = f", {platforms[0]}" if len(platforms) == 1 and "platform" not in common else ""
+        ax.set_title(f"{state}{where}\n{len(part)} models, worst first", fontsize=9)
     if set(common) - {"platform"}:
         fig.text(0.005, 0.005, "implementation / dtype unless named: " + " ".join(
             v for k, v in common.items() if k != "platform"), fontsize=7, color="0.4")
@@ -118,10 +123,9 @@ def kernel_error_dots(rows: pd.DataFrame, path: Path) -> Path | None:
                plt.Line2D([], [], ls="", marker="o", color="#4c72b0", label="latest (no champion)")]
     handles += [plt.Line2D([], [], ls="", marker=FAMILY_MARKERS.get(f, "x"), markerfacecolor="none",
                            markeredgecolor="0.55", label=f"{f} (other family)") for f in families]
-    fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=7, frameon=False)
+    fig.legend(handles=handles, loc="outside upper center", ncol=ncol, fontsize=7, frameon=False)
     with warnings.catch_warnings():  # long model names: matplotlib keeps the layout it can and says so on stderr
         warnings.simplefilter("ignore", UserWarning)
-        fig.tight_layout(rect=(0, 0, 1, 1 - (0.1 + 0.17 * legend_rows) / height))
-    fig.savefig(path, dpi=DPI, metadata={"Description": json.dumps([str(n) for n in rows["name"]])})
+        fig.savefig(path, dpi=DPI, metadata={"Description": json.dumps([str(n) for n in rows["name"]])})
     plt.close(fig)
     return Path(path)
