@@ -99,7 +99,7 @@ def _leaves(node: Op, specs: dict[str, OpSpec]) -> Iterator[tuple[Op, Mapped | N
         yield node, mapped
 
 
-def _tables(store: Store, trace_set_id: int) -> dict[int, list[dict[str, Any]]]:
+def stored_tables(store: Store, trace_set_id: int) -> dict[int, list[dict[str, Any]]]:
     """rank -> its tables {E, D, B, L, source} from the workload's stored batch statistics (empty if none)."""
     frame = store.query(
         "SELECT b.rank, b.table_index, any_value(b.batch_size) AS B, any_value(b.num_rows) AS E, "
@@ -168,6 +168,12 @@ class _Collector:
                 except PmdbError as exc:
                     self.skip(str(exc))
 
+    def graph(self, trace_set_id: int, graph: TraceGraph, tables: dict[int, list[dict[str, Any]]]) -> None:
+        """Every rank of one graph (of ``trace_set_id``), each with its tables (rank -> {E, D, B, L, source})."""
+        self.out.trace_sets.append(trace_set_id)
+        for rank_graph in graph.ranks:
+            self.rank(rank_graph.ops, tables.get(rank_graph.rank))
+
     def _embedding(self, spec: OpSpec, node: Op, mapped: Mapped, tables: list[dict[str, Any]] | None) -> None:
         if not tables:
             self.skip("embedding_lookup: the workload has no stored table statistics")
@@ -190,15 +196,8 @@ def graph_shapes(graphs: list[tuple[int, TraceGraph, dict[int, list[dict[str, An
     trace set it derives from, its graph, rank -> tables {E, D, B, L, source})), ready for the sweep."""
     collector = _Collector(ops, optimizer)
     for trace_set_id, graph, tables in graphs:
-        collector.out.trace_sets.append(trace_set_id)
-        for rank_graph in graph.ranks:
-            collector.rank(rank_graph.ops, tables.get(rank_graph.rank))
+        collector.graph(trace_set_id, graph, tables)
     return collector.result()
-
-
-def stored_tables(store: Store, trace_set_id: int) -> dict[int, list[dict[str, Any]]]:
-    """rank -> the tables {E, D, B, L, source} a stored trace set's workload looked up (see :func:`traced_shapes`)."""
-    return _tables(store, trace_set_id)
 
 
 def traced_shapes(store: Store, trace_set_ids: list[int], ops: list[str] | None = None,
@@ -211,10 +210,7 @@ def traced_shapes(store: Store, trace_set_ids: list[int], ops: list[str] | None 
         except PmdbError as exc:
             collector.skip(f"trace set {trace_set_id} unreadable: {exc}")
             continue
-        collector.out.trace_sets.append(trace_set_id)
-        tables = _tables(store, trace_set_id)
-        for rank_graph in graph.ranks:
-            collector.rank(rank_graph.ops, tables.get(rank_graph.rank))
+        collector.graph(trace_set_id, graph, stored_tables(store, trace_set_id))
     return collector.result()
 
 

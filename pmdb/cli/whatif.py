@@ -64,9 +64,10 @@ def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[st
                             reuse=session.reuse)[0]
         derived = [derive(store, source, spec, detail=session.detail, reshard=hook, sharder=name, graph=graph)
                    for name, hook in hooks]
+        threads = source_threads(store, source)
         if measure_shapes:
-            done = measure(store, workspace(ctx), derived, session.platform.name,
-                           threads=source_threads(store, source), progress=sys.stderr.isatty())
+            done = measure(store, workspace(ctx), derived, session.platform.name, threads=threads,
+                           progress=sys.stderr.isatty())
             print(textwrap.fill(
                 f"pmdb: measured {done.measured} new op shape(s) of the derived configuration(s) "
                 f"({done.already} already stored; ops run {done.ops_run})"
@@ -77,7 +78,7 @@ def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[st
             session = new_session()   # the refitted versions
         recorded = session.prediction(graph, EmbeddingStats.from_store(store, source.workload_id),
                                       source_platform=source.platform,
-                                      threads=source_threads(store, source)).predicted_us
+                                      threads=threads).predicted_us
         options = {"what_if": True, "trace_set": source.trace_set_id, "batch_size": batch_size,
                    "world_size": world_size, "sharders": sharders, "models": models,
                    "target_platform": session.platform.name, "cache_state": cache_state,
