@@ -15,7 +15,7 @@ from pmdb.store import Store
 
 _COLUMNS = ("prediction_id, run_id, trace_set_id, workload_run_id, source_platform, target_platform, mode, model_set, "
             "selection_spec, selection_cache_state, selection_digest, overhead_version, predicted_us, isolated_us, "
-            "baseline_us, measured_us, elapsed_s, iterations")
+            "baseline_us, measured_us, elapsed_s, iterations, selection_kernels, measurements_upto, measured_ops")
 
 
 def _ms(us: Any) -> float | None:
@@ -41,8 +41,11 @@ def prediction_records(store: Store, prediction_ids: list[int]) -> list[Any]:
                   "source_platform": row.source_platform, "platform": row.target_platform,
                   "overhead_version": None if pd.isna(row.overhead_version) else int(row.overhead_version),
                   "model_selection": None if row.mode == "replay" else
-                  f"{row.selection_spec}/{row.selection_cache_state}/{row.selection_digest}"},
-            params={"model_set": row.model_set, "iterations": row.iterations},
+                  f"{row.selection_spec}/{row.selection_cache_state}/{row.selection_digest}",
+                  "kernels": None if pd.isna(row.selection_kernels) else row.selection_kernels,
+                  "measurements_upto": None if pd.isna(row.measurements_upto) else int(row.measurements_upto)},
+            params={"model_set": row.model_set, "iterations": row.iterations,
+                    "measured_ops": None if pd.isna(row.measured_ops) else int(row.measured_ops)},
             metrics={"predicted_ms": _ms(row.predicted_us), "measured_ms": _ms(measured),
                      "error_pct": None if error is None else 100.0 * error,
                      "abs_error_pct": None if error is None else 100.0 * abs(error),

@@ -3,7 +3,7 @@ the roofline fallback) and its overhead table (T1–T5 per op name). Times µs."
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -22,8 +22,9 @@ class Predictor(Protocol):
 class ModelRef:
     """One registered model version; the model itself is loaded on first use (a trace needs only a few)."""
 
-    def __init__(self, name: str, version: int, model: Predictor | Callable[[], Predictor], family: str = ""):
-        self.name, self.version, self.family = name, int(version), family
+    def __init__(self, name: str, version: int, model: Predictor | Callable[[], Predictor], family: str = "",
+                 cache_state: str = ""):
+        self.name, self.version, self.family, self.cache_state = name, int(version), family, cache_state
         self._model = model if hasattr(model, "predict") else None
         self._load = None if self._model is not None else model
 
@@ -45,14 +46,21 @@ class ModelSelection:
     cache_state: str
     digest: str
     comm_shares_core: bool = False
+    kernels: str = "models"              # 'measured': exact shapes priced by their microbenchmarks (measured_shapes)
+    measurements_upto: int | None = None  # with 'measured': the highest measurement id of the platform then
 
     def sharing_core(self, shared: bool) -> "ModelSelection":
         """This selection with the core rule's outcome."""
-        return ModelSelection(self.spec, self.cache_state, self.digest, shared)
+        return replace(self, comm_shares_core=shared)
+
+    def measuring(self, kernels: str, upto: int | None) -> "ModelSelection":
+        """This selection with the --kernels choice and the measurements it could use."""
+        return replace(self, kernels=kernels, measurements_upto=upto if kernels == "measured" else None)
 
     def label(self) -> str:
-        """One short text for tables: 'champion/cold/1a2b3c4d' (+ '/comm-shares-core')."""
-        return f"{self.spec}/{self.cache_state}/{self.digest}" + ("/comm-shares-core" if self.comm_shares_core else "")
+        """One short text for tables: 'champion/cold/1a2b3c4d' (+ '/measured', '/comm-shares-core')."""
+        return (f"{self.spec}/{self.cache_state}/{self.digest}" + ("/measured" if self.kernels == "measured" else "")
+                + ("/comm-shares-core" if self.comm_shares_core else ""))
 
 
 @dataclass
@@ -196,7 +204,8 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
             chosen[key] = ref
     for key, ref in chosen.items():
         loaded = ModelRef(ref.name, int(ref.version),
-                          lambda ref=ref: load_model(store.workspace, ref.name, ref.version), ref.family)
+                          lambda ref=ref: load_model(store.workspace, ref.name, ref.version), ref.family,
+                          ref.cache_state or "")
         if key[0] == "collective":
             out.collectives[(key[1], key[2])] = loaded
         elif blend and key[3] == "warm":

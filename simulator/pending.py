@@ -2,8 +2,8 @@
 every imported trace set (a trace recorded elsewhere, often with no workload run at all), that has no current
 model-mode prediction.
 
-A prediction is current when it was made from a recorded (not derived) trace set with the same ``--models`` and
-cache state, with versions the selection still picks (none, when the platform has none: an imported GPU trace is
+A prediction is current when it was made from a recorded (not derived) trace set with the same ``--models``,
+cache state and ``--kernels`` (with 'measured': no op measurement of the platform newer than it), with versions the selection still picks (none, when the platform has none: an imported GPU trace is
 predicted from its traced times once, not at every ``--all``), the platform's latest overhead version, and the simulator
 rules in force (:data:`simulator.semantics.RULES_VERSION`; a prediction made under other rules, or before they were
 recorded, is made again).
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from pmdb.store import Store
+from simulator.measured_shapes import MEASURED, latest_measurement
 from simulator.model_set import BLEND, Overheads, choose_collectives, collective_choice, parse_spec
 from simulator.semantics import RULES_VERSION
 
@@ -37,16 +38,20 @@ def _current_versions(store: Store, platform: str, models: str, cache_state: str
         collective_choice(models)[1])}
 
 
-def _fresh(store: Store, platform: str, models: str, cache_state: str | None, key: str) -> set:
+def _fresh(store: Store, platform: str, models: str, cache_state: str | None, key: str,
+           kernels: str = MEASURED) -> set:
     """Values of ``key`` (workload_run_id or trace_set_id) of the current predictions for ``platform``."""
     current = _current_versions(store, platform, models, cache_state)
     latest = Overheads.latest(store, platform).version
+    upto = latest_measurement(store, platform) if kernels == MEASURED else None
     used = store.query(f"SELECT p.prediction_id, p.{key} AS key, p.overhead_version, p.rules_version, m.name, "
                        "m.version FROM v_predictions p JOIN trace_sets t USING (trace_set_id) "
                        "LEFT JOIN prediction_models m USING (prediction_id) "
                        "WHERE p.mode = 'model' AND p.target_platform = ? AND p.selection_spec = ? "
-                       "AND p.selection_cache_state = ? AND t.source <> 'derived' AND p.rules_version = ?",
-                       [platform, models, cache_state or "default", RULES_VERSION])  # a blend is not the cold one
+                       "AND p.selection_cache_state = ? AND t.source <> 'derived' AND p.rules_version = ? "
+                       "AND coalesce(p.selection_kernels, 'models') = ? "
+                       "AND p.measurements_upto IS NOT DISTINCT FROM ?",   # newer measurements: predicted again
+                       [platform, models, cache_state or "default", RULES_VERSION, kernels, upto])
     fresh = set()
     for (_, value), group in used.groupby(["prediction_id", "key"], dropna=False):
         versions = {(n, int(v)) for n, v in zip(group["name"], group["version"]) if not pd.isna(n)}
@@ -57,17 +62,19 @@ def _fresh(store: Store, platform: str, models: str, cache_state: str | None, ke
     return fresh
 
 
-def pending_runs(store: Store, platform: str, models: str = "champion", cache_state: str | None = None) -> list[str]:
+def pending_runs(store: Store, platform: str, models: str = "champion", cache_state: str | None = None,
+                 kernels: str = MEASURED) -> list[str]:
     """Completed workload runs of ``platform`` with a recorded (not derived) trace set and no current prediction."""
     runs = store.query("SELECT w.run_id FROM v_workload_runs w WHERE w.platform = ? AND EXISTS "
                        "(SELECT 1 FROM v_trace_sets t WHERE t.workload_id = w.workload_id AND t.source <> 'derived') "
                        "ORDER BY w.finished_at", [platform])["run_id"].tolist()
-    fresh = _fresh(store, platform, models, cache_state, "workload_run_id")
+    fresh = _fresh(store, platform, models, cache_state, "workload_run_id", kernels)
     return [r for r in runs if r not in fresh]
 
 
 def pending_imports(store: Store, platform: str | None, models: str = "champion",
-                    cache_state: str | None = None, runs_platform: str | None = None) -> list[PendingTraceSet]:
+                    cache_state: str | None = None, runs_platform: str | None = None,
+                    kernels: str = MEASURED) -> list[PendingTraceSet]:
     """Imported trace sets with no current prediction: on ``platform`` (the target named), or with None each on the
     platform it was recorded on. A set whose workload has a completed run on ``runs_platform`` is left out: the
     runs of that platform (:func:`pending_runs`) already predict it."""
@@ -79,7 +86,7 @@ def pending_imports(store: Store, platform: str | None, models: str = "champion"
     for ts, source in zip(frame["trace_set_id"], frame["platform"]):
         target = platform or str(source)
         if target not in fresh:
-            fresh[target] = _fresh(store, target, models, cache_state, "trace_set_id")
+            fresh[target] = _fresh(store, target, models, cache_state, "trace_set_id", kernels)
         if int(ts) not in fresh[target]:
             out.append(PendingTraceSet(int(ts), target))
     return out

@@ -24,6 +24,7 @@ from simulator import chrome_trace
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
+from simulator.measured_shapes import MEASURED
 from simulator.pending import pending_runs  # noqa: F401  (pmdb predict --all; kept importable from here)
 from simulator.store_rows import Prediction, ground_truth, store_prediction, trace_set_for_run
 from simulator.replay import replay_programs
@@ -74,7 +75,8 @@ def _collector_paused() -> Iterator[None]:
 def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", models: str = "champion",
                       target_platform: str | None = None, cache_state: str | None = None,
                       workload_run_id: str | None = None, overhead_version: int | None = None,
-                      overheads_from: str | None = None, timeline: bool = False) -> Prediction:
+                      overheads_from: str | None = None, timeline: bool = False,
+                      kernels: str = MEASURED) -> Prediction:
     """Simulate a stored trace set; nothing is written (see :func:`predict_and_store`). In model mode, kernel models
     fitted at another thread count than the ground-truth workload run's give one warning line on stderr (and
     ``Prediction.warnings``). ``timeline``: also record the simulated iteration op by op (``Prediction.iteration``,
@@ -82,12 +84,12 @@ def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", m
     with _collector_paused():
         return _predict(store, trace_set_id, mode=mode, models=models, target_platform=target_platform,
                         cache_state=cache_state, workload_run_id=workload_run_id, overhead_version=overhead_version,
-                        overheads_from=overheads_from, timeline=timeline)
+                        overheads_from=overheads_from, timeline=timeline, kernels=kernels)
 
 
 def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_platform: str | None,
              cache_state: str | None, workload_run_id: str | None, overhead_version: int | None,
-             overheads_from: str | None = None, timeline: bool = False) -> Prediction:
+             overheads_from: str | None = None, timeline: bool = False, kernels: str = MEASURED) -> Prediction:
     if mode not in MODES:
         raise PmdbError(f"bad --mode {mode!r}: use model or replay")
     started = time.perf_counter()
@@ -120,7 +122,7 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
                           result=result, predicted_us=predicted, iterations=iterations, measured_us=measured,
                           workload_run_id=run_id, elapsed_s=time.perf_counter() - started, iteration=iteration)
     session = PredictionSession(store, target, models=models, cache_state=cache_state,
-                                overhead_version=overhead_version, overheads_from=overheads_from)
+                                overhead_version=overhead_version, overheads_from=overheads_from, kernels=kernels)
     workload_id = None if pd.isna(info.get("workload_id")) else int(info["workload_id"])
     graph = load_graphs(store, trace_set_id, pick="best", detail=session.detail, reuse=session.reuse)[0]
     pred = session.prediction(graph, EmbeddingStats.from_store(store, workload_id), source_platform=source,
@@ -198,10 +200,11 @@ def predict_and_store(store: Store, run_id: str, trace_set_id: int | None = None
 
 
 def check_options(store: Store, platform: str, *, mode: str, models: str, cache_state: str | None,
-                  overhead_version: int | None, overheads_from: str | None, **_: Any) -> None:
+                  overhead_version: int | None, overheads_from: str | None, kernels: str = MEASURED,
+                  **_: Any) -> None:
     """Refuse bad prediction options (model spec, overhead version, a lender platform) with one line before a run
     row is made: the session that a model-mode prediction builds checks them (its models load lazily)."""
     if mode == "model":
         PredictionSession(store, platform, models=models, cache_state=cache_state,
-                          overhead_version=overhead_version, overheads_from=overheads_from)
+                          overhead_version=overhead_version, overheads_from=overheads_from, kernels=kernels)
 

@@ -16,6 +16,7 @@ from simulator import chrome_trace
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, TimedOp, simulate, steady_period
+from simulator.measured_shapes import MEASURED, ShapeMedians, check_kernels
 from simulator.model_set import REUSE, ModelSelection, ModelSet, Overheads, check_cache_state, load_model_set
 from simulator.store_rows import ModelUse, Prediction
 from simulator.threads import comm_shares_core
@@ -52,6 +53,7 @@ class Simulated:
     selection: ModelSelection     # what was selected, with the core rule's outcome
     phases: dict[str, float] = field(default_factory=dict)  # phase -> its ops alone from an idle machine (µs)
     iteration: chrome_trace.SimulatedIteration | None = None  # every op's place, when asked for (--export-trace)
+    measured_ops: int = 0         # ops priced by the measurement of their exact shape (--kernels measured)
 
 
 class PredictionSession:
@@ -59,16 +61,21 @@ class PredictionSession:
 
     ``models`` is an alias ('champion', 'latest') or a version spec 'name:version,...'; ``cache_state`` warm, cold,
     device or blend (None: per platform kind — cold on CPUs, device timings on GPUs); ``overhead_version`` None for
-    the latest of the platform. ``overheads_from`` borrows another platform's overhead table (same semantics): a GPU
+    the latest of the platform; ``kernels`` 'measured' prices an op whose exact shape was microbenchmarked on the
+    target at the graph's thread count by that measurement (:mod:`simulator.measured_shapes`), 'models' never. ``overheads_from`` borrows another platform's overhead table (same semantics): a GPU
     known only by its spec sheet has no traces of its own to take its host launch path from."""
 
     def __init__(self, store: Store, target_platform: str, *, models: str = "champion",
                  cache_state: str | None = None, overhead_version: int | None = None,
-                 overheads_from: str | None = None):
+                 overheads_from: str | None = None, kernels: str = MEASURED):
         check_cache_state(cache_state)
+        check_kernels(kernels)
         self.platform: Platform = platforms.load(store, target_platform)
         self.models: ModelSet = load_model_set(store, self.platform.name, models, cache_state,
                                                self.platform.semantics)
+        self.measured = ShapeMedians.load(store, self.platform.name) if kernels == MEASURED else None
+        self.models.selection = self.models.selection.measuring(
+            kernels, None if self.measured is None else self.measured.upto)
         self.overheads_platform = self.platform.name
         if overheads_from is not None and overheads_from != self.platform.name:
             lender = platforms.load(store, overheads_from)
@@ -121,7 +128,7 @@ class PredictionSession:
         """Price every op of ``graph`` with the session's models and run Algorithm 1 over its ranks (``timeline``:
         also record where every op went, :attr:`Simulated.iteration`)."""
         timing = ModelTiming(self.models, self.overheads, self.platform.semantics, embedding,
-                             self.platform.cache_bytes)
+                             self.platform.cache_bytes, self.measured, threads)
         programs = timing.programs(graph)
         shared = self.shares_core(len(graph.ranks), threads)
         engine = sem_mod.get(self.platform.semantics, comm_shares_core=shared)
@@ -135,8 +142,8 @@ class PredictionSession:
         phases = {phase: simulate(ops, engine).predicted_us
                   for phase, ops in phase_programs(graph, programs).items()}
         return Simulated(result, steady_period(programs, engine, result), used,
-                         timing.usage.unmodelled(graph.measured_us, timing.work_us), self.models.selection.sharing_core(shared),
-                         phases, iteration)
+                         timing.usage.unmodelled(graph.measured_us, timing.work_us),
+                         self.models.selection.sharing_core(shared), phases, iteration, timing.usage.measured)
 
     def prediction(self, graph: TraceGraph, embedding: EmbeddingStats, *, source_platform: str,
                    trace_set_id: int = -1, threads: int | None = None, measured_us: float | None = None,
@@ -150,4 +157,5 @@ class PredictionSession:
                           iterations=1, measured_us=measured_us, workload_run_id=workload_run_id,
                           models=run.models, overhead_version=self.overheads.version,
                           model_selection=run.selection, unmodelled=run.unmodelled, phases_us=run.phases,
-                          elapsed_s=time.perf_counter() - started, iteration=run.iteration)
+                          elapsed_s=time.perf_counter() - started, iteration=run.iteration,
+                          measured_ops=run.measured_ops)

@@ -46,6 +46,7 @@ class Prediction:
     defaults: list[str] = field(default_factory=list)  # documented defaults it priced with (no overhead table, ...)
     phases_us: dict[str, float] = field(default_factory=dict)  # model mode: fw / bw / optimizer ops alone (µs)
     iteration: Any = None  # the simulated iteration op by op, when recorded (simulator.chrome_trace; not stored)
+    measured_ops: int = 0  # model mode: ops priced by the measured median of their exact shape (--kernels measured)
 
     @property
     def model_set(self) -> str | None:
@@ -69,7 +70,8 @@ def _selection_columns(selection: ModelSelection | None) -> dict[str, Any]:
     if selection is None:
         return {}
     return {"selection_spec": selection.spec, "selection_cache_state": selection.cache_state,
-            "selection_digest": selection.digest, "comm_shares_core": selection.comm_shares_core}
+            "selection_digest": selection.digest, "comm_shares_core": selection.comm_shares_core,
+            "selection_kernels": selection.kernels, "measurements_upto": selection.measurements_upto}
 
 
 def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
@@ -86,6 +88,7 @@ def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
             "baseline_us": res.baseline_us, "comm_unoverlapped_frac": res.comm_unoverlapped_frac,
             "measured_us": pred.measured_us, "per_rank": pred.per_rank(), "unmodelled": pred.unmodelled,
             "iterations": pred.iterations, "elapsed_s": pred.elapsed_s, "rules_version": RULES_VERSION,
+            "measured_ops": pred.measured_ops if pred.mode == "model" else None,
             **{f"predicted_{phase}_us": us for phase, us in pred.phases_us.items()}}, returning="prediction_id")
         for use in pred.models:
             store.insert_one("prediction_models", {"prediction_id": prediction_id, "name": use.name,

@@ -26,7 +26,8 @@ from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import TimedOp
 from pmdb.traces.graph import Op, Stream, TraceGraph
 from simulator.cache_levels import UNKNOWN, between, cold_share, levels_known
-from simulator.model_set import REUSE, ModelSet, Overheads
+from simulator.measured_shapes import ShapeMedians
+from simulator.model_set import CACHE_PREFERENCE, REUSE, ModelSet, Overheads
 from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
@@ -34,6 +35,15 @@ COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
 
 def _z(value: float | None) -> float:
     return 0.0 if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _default_state(models: ModelSet, semantics: Semantics) -> str:
+    """The cache state measurements are taken in for ops no model prices: the selection's, else the platform
+    kind's first preference (cold on CPUs, device timings on GPUs)."""
+    state = models.selection.cache_state if models.selection is not None else "default"
+    if state in ("warm", "cold", "device"):
+        return state
+    return CACHE_PREFERENCE.get(semantics, ("cold",))[0]
 
 
 @dataclass
@@ -54,6 +64,7 @@ class Usage:
     # (op, kind) -> [count, traced µs, predicted µs]; kind: roofline, trace (its traced time) or unpriced (nothing
     # prices its device work: an untimed graph's op that no model, no roofline and no trace can time)
     fallback: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    measured: int = 0   # ops priced by the measured median of their exact shape (--kernels measured)
 
     def fell_back(self, name: str, kind: str, traced_us: float, predicted_us: float | None = None) -> None:
         entry = self.fallback.setdefault((name, kind), [0, 0.0, 0.0])
@@ -76,8 +87,12 @@ class ModelTiming:
     """Turns TraceGraphs into timed programs with a platform's models and overheads."""
 
     def __init__(self, models: ModelSet, overheads: Overheads, semantics: Semantics,
-                 embedding: EmbeddingStats | None = None, cache_bytes: tuple[int | None, int | None] = (None, None)):
+                 embedding: EmbeddingStats | None = None, cache_bytes: tuple[int | None, int | None] = (None, None),
+                 measured: ShapeMedians | None = None, threads: int | None = None):
         self.models = models
+        # --kernels measured: ops whose exact shape was microbenchmarked at ``threads`` are priced by that median
+        self.measured, self.threads = measured, threads
+        self.default_state = _default_state(models, semantics)
         # --cache-state reuse: (L2, LLC) bytes that place each op between its warm and cold model (cache_levels)
         reuse = models.selection is not None and models.selection.cache_state == REUSE
         self.cache_levels = cache_bytes if reuse and levels_known(*cache_bytes) else None
@@ -100,7 +115,8 @@ class ModelTiming:
     def _collect(self, node: Op, rank: int, rows: list[_Row]) -> None:
         """Map a node; when no whole-op model covers it on a CPU, descend into its children."""
         mapped = map_op(node)
-        if isinstance(mapped, Mapped) and self.models.kernel(mapped.op, mapped.pass_) is not None:
+        if isinstance(mapped, Mapped) and (self.models.kernel(mapped.op, mapped.pass_) is not None
+                                           or self._was_measured(node, mapped)):
             extra = self.embedding.for_op(rank, node, mapped) if mapped.op == "embedding_lookup" else {}
             if extra is not None:
                 rows.append(_Row(node, mapped, extra, implementation(node, mapped)))
@@ -123,13 +139,22 @@ class ModelTiming:
             groups.setdefault((row.mapped.op, row.mapped.pass_, row.implementation), []).append(row)
         for key, group in groups.items():
             ref = self.models.kernel(*key)
+            partner = self.models.warm_partner(*key) if ref is not None else None
+            shares = None
+            if partner is not None and self.reuse:
+                shares = np.array([cold_share(r.node.reuse, *levels) if levels else UNKNOWN for r in group])
+            states = [m.cache_state or self.default_state for m in (ref, partner) if m is not None]
+            exact = self._exact(group, states or [self.default_state], shares)
+            group, rest = [r for r, t in zip(group, exact) if t is None], group
+            if not group:
+                continue
+            if len(group) < len(rest):
+                shares = None if shares is None else np.array([s for s, t in zip(shares, exact) if t is None])
             frame = pd.DataFrame([{**r.mapped.params, **r.extra} for r in group])
             if ref is not None:
                 times = np.asarray(ref.model.predict(frame), dtype=float)
-                partner = self.models.warm_partner(*key)
                 used = [ref] if partner is None else [ref, partner]
                 if partner is not None and self.reuse:  # each op where its operands' reuse distances put it
-                    shares = np.array([cold_share(r.node.reuse, *levels) if levels else UNKNOWN for r in group])
                     times = between(times, np.asarray(partner.model.predict(frame), dtype=float), shares)
                 elif partner is not None:  # in-context between warm and cold caches: their geometric mean
                     times = np.sqrt(times * np.asarray(partner.model.predict(frame), dtype=float))
@@ -155,6 +180,39 @@ class ModelTiming:
                         self._time[id(r.node)] = float(t)
                         self.priced_by[id(r.node)] = "roofline"
                         self.usage.fell_back(r.node.name, "roofline", r.node.cpu_dur_us, float(t))
+
+    def _was_measured(self, node: Op, mapped: Mapped) -> bool:
+        """Whether the exact shape of an op no model covers was measured (it is then priced whole, not by its
+        nested ops)."""
+        if self.measured is None or self.threads is None or mapped.op == "embedding_lookup":
+            return False
+        return self.measured.time(mapped.op, mapped.pass_, implementation(node, mapped), mapped.params,
+                                  self.threads, self.default_state) is not None
+
+    def _exact(self, group: list[_Row], states: list[str], shares: np.ndarray | None) -> list[float | None]:
+        """Per row, its measured time when its exact shape was microbenchmarked in every cache state the model
+        would use (``states``: one, or cold and warm combined as the models are), else None; a measured row is
+        timed here (µs)."""
+        if self.measured is None or self.threads is None:
+            return [None] * len(group)
+        out: list[float | None] = []
+        for i, r in enumerate(group):
+            times = [self.measured.time(r.mapped.op, r.mapped.pass_, r.implementation, r.mapped.params,
+                                        self.threads, state) for state in states]
+            if any(t is None for t in times):
+                out.append(None)
+                continue
+            if len(times) == 1:
+                t = times[0]
+            elif shares is not None:
+                t = float(between(np.array(times[:1]), np.array(times[1:]), shares[i:i + 1])[0])
+            else:
+                t = math.sqrt(times[0] * times[1])
+            self._time[id(r.node)] = float(t)
+            self.priced_by[id(r.node)] = "measured"
+            self.usage.measured += 1
+            out.append(float(t))
+        return out
 
     def _scaled_forward(self, key: tuple[str, str, str | None], frame: pd.DataFrame) -> np.ndarray | None:
         """A GPU op's backward without a model of its own: its forward model's time scaled by the roofline ratio of

@@ -14,6 +14,7 @@ from pmdb.cli.common import limit_option, open_store, render, row_limit
 from pmdb.errors import PmdbError
 from simulator import error_stats as error_tables
 from simulator.chrome_trace import check_destination, write_chrome_trace
+from simulator.measured_shapes import check_kernels
 from simulator.model_set import check_cache_state, with_collectives
 from simulator.pending import pending_imports, pending_runs
 from simulator.predict import MODES, check_options, predict_and_store
@@ -109,6 +110,11 @@ def predict(ctx: typer.Context,
                                                  "(`pmdb fit comms-context`) where registered, else the plain "
                                                  "curve; plain: always the plain microbenchmark curve (stored "
                                                  "as the spec MODELS+plain)."),
+            kernels: str = typer.Option("measured", "--kernels",
+                                        help="measured: an op whose exact shape was microbenchmarked on the "
+                                             "target, at the predicted thread count, is priced by that "
+                                             "measurement's median, the rest by the models; models: every op "
+                                             "by the models."),
             log_mlflow: bool = typer.Option(False, "--log-mlflow",
                                             help="Also log each prediction as an MLflow run (experiment "
                                                  "pmdb-predictions); off by default: loading MLflow adds ~2 s."),
@@ -141,6 +147,7 @@ def predict(ctx: typer.Context,
             raise PmdbError("--export-trace writes one prediction: give a RUN_ID or --trace-set, not --all")
         check_destination(export_trace)
     check_cache_state(cache_state)
+    check_kernels(kernels)
     models = with_collectives(models, collectives)
     if mode not in MODES:
         raise PmdbError(f"bad --mode {mode!r}: use model or replay")
@@ -160,9 +167,9 @@ def predict(ctx: typer.Context,
                                   world_size=world_size, sharders=sharder, recorded_batch=recorded_batch, mode=mode,
                                   models=models, target_platform=target_platform, cache_state=cache_state,
                                   overhead_version=overhead_version, overheads_from=overheads_from, fmt=fmt,
-                                  measure_shapes=measure_shapes)
+                                  measure_shapes=measure_shapes, kernels=kernels)
     options = dict(mode=mode, models=models, target_platform=target_platform, cache_state=cache_state,
-                   overhead_version=overhead_version, overheads_from=overheads_from)
+                   overhead_version=overhead_version, overheads_from=overheads_from, kernels=kernels)
     with open_store(ctx) as store:
         platform = (platforms.resolve(store, target_platform) if all_ else
                     prediction_platform(store, target_platform, trace_set, run_id))
@@ -189,8 +196,9 @@ def _predict_all(store: Any, platform: str, target: Optional[str], options: dict
     """``--all``: the pending workload runs of ``platform``, then the pending imported trace sets (of ``target``,
     or of every platform, each on its own); an imported set that cannot be predicted is named and skipped. Returns
     the prediction ids."""
-    runs = pending_runs(store, platform, options["models"], options["cache_state"])
-    imports = pending_imports(store, target, options["models"], options["cache_state"], runs_platform=platform)
+    runs = pending_runs(store, platform, options["models"], options["cache_state"], options["kernels"])
+    imports = pending_imports(store, target, options["models"], options["cache_state"], runs_platform=platform,
+                              kernels=options["kernels"])
     if not runs and not imports:
         typer.echo(f"every workload run of {platform} with a trace set, and every imported trace set"
                    f"{'' if target is None else f' of {target}'}, is predicted with the current models")

@@ -21,7 +21,8 @@ def _ms(us: Optional[float]) -> Optional[float]:
 def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[str], batch_size: Optional[int],
             world_size: Optional[int], sharders: list[str], recorded_batch: Optional[int], mode: str, models: str,
             target_platform: Optional[str], cache_state: Optional[str], overhead_version: Optional[int],
-            overheads_from: Optional[str], fmt: str, measure_shapes: bool = False) -> None:
+            overheads_from: Optional[str], fmt: str, measure_shapes: bool = False,
+            kernels: str = "measured") -> None:
     """Derive, predict and store each asked configuration (one per ``--sharder``, else one)."""
     from simulator.model_set import check_cache_state
     from simulator.session import PredictionSession
@@ -55,7 +56,7 @@ def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[st
         def new_session() -> PredictionSession:
             return PredictionSession(store, target_platform or source.platform, models=models,
                                      cache_state=cache_state, overhead_version=overhead_version,
-                                     overheads_from=overheads_from)
+                                     overheads_from=overheads_from, kernels=kernels)
 
         session = new_session()
         if measure_shapes:

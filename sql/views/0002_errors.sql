@@ -19,6 +19,7 @@ CREATE OR REPLACE VIEW v_prediction_errors AS
            CASE WHEN p.mode = 'replay' THEN 'replay'
                 WHEN p.selection_spec IS NOT NULL
                 THEN p.selection_spec || '/' || p.selection_cache_state || '/' || p.selection_digest
+                     || CASE WHEN p.selection_kernels = 'measured' THEN '/measured' ELSE '' END
                      || CASE WHEN p.comm_shares_core THEN '/comm-shares-core' ELSE '' END
                 ELSE 'set-' || left(md5(p.model_set), 8) END AS model_set_id,
            p.overhead_version,
@@ -36,12 +37,13 @@ CREATE OR REPLACE VIEW v_prediction_errors AS
     LEFT JOIN workloads w ON w.workload_id = t.workload_id
     WHERE p.measured_us IS NOT NULL AND p.measured_us > 0
     QUALIFY row_number() OVER (PARTITION BY p.trace_set_id, p.mode, p.model_set, p.selection_spec, p.selection_cache_state,
-                                            p.selection_digest, p.comm_shares_core, p.target_platform,
+                                            p.selection_digest, p.selection_kernels, p.comm_shares_core,
+                                            p.target_platform,
                                             p.overhead_version, p.workload_run_id
                                ORDER BY p.created_at DESC, p.prediction_id DESC) = 1;
 
 -- E2E errors by platform, workload family, world size, mode and model-version set. model_set_id is the selection
--- ('<--models spec>/<cache state>/<digest of every version selected>', from the selection_* columns), shared by the workloads predicted with
+-- ('<--models spec>/<cache state>/<digest of every version selected>[/measured]', from the selection_* columns), shared by the workloads predicted with
 -- the same champions; v_prediction_errors keeps model_set, the versions each prediction actually used.
 CREATE OR REPLACE VIEW v_e2e_errors AS
     SELECT platform, family, world_size, mode, model_set_id,
