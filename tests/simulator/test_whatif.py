@@ -238,10 +238,19 @@ def test_measure_shapes_microbenchmarks_the_derived_shapes_and_refits(mlp, tmp_p
             "SELECT params FROM op_measurements WHERE run_id = ? AND op = 'fully_connected' AND pass = 'fwd'",
             [run["run_id"]])["params"]]
         assert {"B": 1, "M": 32, "N": 32, "K": 16} in fc          # Linear 16 -> 32 at the derived batch
-        used = store.query("SELECT name, version FROM prediction_models WHERE prediction_id = ?",
-                           [row["prediction_id"]])
+        # priced with the new measurements (exact shapes, --kernels measured: the default)
+        pred = store.query("SELECT measured_ops, measurements_upto FROM predictions WHERE prediction_id = ?",
+                           [row["prediction_id"]]).iloc[0]
+        newest = store.scalar("SELECT max(measurement_id) FROM op_measurements WHERE run_id = ?", [run["run_id"]])
+        assert pred["measured_ops"] > 0 and pred["measurements_upto"] >= newest
         fitted = store.query("SELECT name, version FROM model_versions WHERE run_id IN (SELECT run_id FROM "
                              "collection_runs WHERE kind = 'fit')")
+    # by the models alone, the refitted versions price it
+    assert main([*ask[:-3], "--kernels", "models", "--format", "json"]) == 0
+    by_models = json.loads(capsys.readouterr().out)[0]
+    with Store.open(Workspace(tmp_path / "ws"), read_only=True) as store:
+        used = store.query("SELECT name, version FROM prediction_models WHERE prediction_id = ?",
+                           [by_models["prediction_id"]])
         assert set(zip(used["name"], used["version"])) & set(zip(fitted["name"], fitted["version"]))
     assert main(ask) == 0
     err = capsys.readouterr().err
