@@ -13,6 +13,7 @@ from collectors import gpu_specs
 from pmdb.errors import PmdbError
 from pmdb.platform import Semantics
 from pmdb.store import Store
+from simulator.measured_shapes import MEASURED, MODELS
 
 
 class Predictor(Protocol):
@@ -46,7 +47,7 @@ class ModelSelection:
     cache_state: str
     digest: str
     comm_shares_core: bool = False
-    kernels: str = "models"              # 'measured': exact shapes priced by their microbenchmarks (measured_shapes)
+    kernels: str = MODELS                 # MEASURED: exact shapes priced by their microbenchmarks (measured_shapes)
     measurements_upto: int | None = None  # with 'measured': the highest measurement id of the platform then
 
     def sharing_core(self, shared: bool) -> "ModelSelection":
@@ -55,11 +56,11 @@ class ModelSelection:
 
     def measuring(self, kernels: str, upto: int | None) -> "ModelSelection":
         """This selection with the --kernels choice and the measurements it could use."""
-        return replace(self, kernels=kernels, measurements_upto=upto if kernels == "measured" else None)
+        return replace(self, kernels=kernels, measurements_upto=upto if kernels == MEASURED else None)
 
     def label(self) -> str:
         """One short text for tables: 'champion/cold/1a2b3c4d' (+ '/measured', '/comm-shares-core')."""
-        return (f"{self.spec}/{self.cache_state}/{self.digest}" + ("/measured" if self.kernels == "measured" else "")
+        return (f"{self.spec}/{self.cache_state}/{self.digest}" + ("/measured" if self.kernels == MEASURED else "")
                 + ("/comm-shares-core" if self.comm_shares_core else ""))
 
 

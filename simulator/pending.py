@@ -3,10 +3,11 @@ every imported trace set (a trace recorded elsewhere, often with no workload run
 model-mode prediction.
 
 A prediction is current when it was made from a recorded (not derived) trace set with the same ``--models``,
-cache state and ``--kernels`` (with 'measured': no op measurement of the platform newer than it), with versions the selection still picks (none, when the platform has none: an imported GPU trace is
-predicted from its traced times once, not at every ``--all``), the platform's latest overhead version, and the simulator
-rules in force (:data:`simulator.semantics.RULES_VERSION`; a prediction made under other rules, or before they were
-recorded, is made again).
+cache state and ``--kernels`` (with 'measured': no op measurement of the platform newer than it), with versions
+the selection still picks (none, when the platform has none: an imported GPU trace is predicted from its traced
+times once, not at every ``--all``), the platform's latest overhead version, and the simulator rules in force
+(:data:`simulator.semantics.RULES_VERSION`; a prediction made under other rules, or before they were recorded, is
+made again).
 """
 from __future__ import annotations
 

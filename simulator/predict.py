@@ -24,7 +24,7 @@ from simulator import chrome_trace
 from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
-from simulator.measured_shapes import MEASURED
+from simulator.measured_shapes import MEASURED, MODELS
 from simulator.pending import pending_runs  # noqa: F401  (pmdb predict --all; kept importable from here)
 from simulator.store_rows import Prediction, ground_truth, store_prediction, trace_set_for_run
 from simulator.replay import replay_programs
@@ -200,11 +200,11 @@ def predict_and_store(store: Store, run_id: str, trace_set_id: int | None = None
 
 
 def check_options(store: Store, platform: str, *, mode: str, models: str, cache_state: str | None,
-                  overhead_version: int | None, overheads_from: str | None, kernels: str = MEASURED,
-                  **_: Any) -> None:
+                  overhead_version: int | None, overheads_from: str | None, **_: Any) -> None:
     """Refuse bad prediction options (model spec, overhead version, a lender platform) with one line before a run
-    row is made: the session that a model-mode prediction builds checks them (its models load lazily)."""
+    row is made: the session that a model-mode prediction builds checks them (its models load lazily; it loads no
+    measured shapes: --kernels is checked by the CLI)."""
     if mode == "model":
         PredictionSession(store, platform, models=models, cache_state=cache_state,
-                          overhead_version=overhead_version, overheads_from=overheads_from, kernels=kernels)
+                          overhead_version=overhead_version, overheads_from=overheads_from, kernels=MODELS)
 

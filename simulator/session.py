@@ -62,8 +62,9 @@ class PredictionSession:
     ``models`` is an alias ('champion', 'latest') or a version spec 'name:version,...'; ``cache_state`` warm, cold,
     device or blend (None: per platform kind — cold on CPUs, device timings on GPUs); ``overhead_version`` None for
     the latest of the platform; ``kernels`` 'measured' prices an op whose exact shape was microbenchmarked on the
-    target at the graph's thread count by that measurement (:mod:`simulator.measured_shapes`), 'models' never. ``overheads_from`` borrows another platform's overhead table (same semantics): a GPU
-    known only by its spec sheet has no traces of its own to take its host launch path from."""
+    target at the graph's thread count by that measurement (:mod:`simulator.measured_shapes`), 'models' never.
+    ``overheads_from`` borrows another platform's overhead table (same semantics): a GPU known only by its spec
+    sheet has no traces of its own to take its host launch path from."""
 
     def __init__(self, store: Store, target_platform: str, *, models: str = "champion",
                  cache_state: str | None = None, overhead_version: int | None = None,

@@ -27,7 +27,7 @@ from simulator.engine import TimedOp
 from pmdb.traces.graph import Op, Stream, TraceGraph
 from simulator.cache_levels import UNKNOWN, between, cold_share, levels_known
 from simulator.measured_shapes import ShapeMedians
-from simulator.model_set import CACHE_PREFERENCE, REUSE, ModelSet, Overheads
+from simulator.model_set import CACHE_PREFERENCE, CACHE_STATES, PAIRED, REUSE, ModelSet, Overheads
 from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
@@ -41,7 +41,7 @@ def _default_state(models: ModelSet, semantics: Semantics) -> str:
     """The cache state measurements are taken in for ops no model prices: the selection's, else the platform
     kind's first preference (cold on CPUs, device timings on GPUs)."""
     state = models.selection.cache_state if models.selection is not None else "default"
-    if state in ("warm", "cold", "device"):
+    if state in CACHE_STATES and state not in PAIRED:
         return state
     return CACHE_PREFERENCE.get(semantics, ("cold",))[0]
 
@@ -145,11 +145,10 @@ class ModelTiming:
                 shares = np.array([cold_share(r.node.reuse, *levels) if levels else UNKNOWN for r in group])
             states = [m.cache_state or self.default_state for m in (ref, partner) if m is not None]
             exact = self._exact(group, states or [self.default_state], shares)
-            group, rest = [r for r, t in zip(group, exact) if t is None], group
-            if not group:
+            left = [i for i, t in enumerate(exact) if t is None]   # the rows no measurement priced
+            if not left:
                 continue
-            if len(group) < len(rest):
-                shares = None if shares is None else np.array([s for s, t in zip(shares, exact) if t is None])
+            group, shares = [group[i] for i in left], None if shares is None else shares[left]
             frame = pd.DataFrame([{**r.mapped.params, **r.extra} for r in group])
             if ref is not None:
                 times = np.asarray(ref.model.predict(frame), dtype=float)
@@ -184,7 +183,7 @@ class ModelTiming:
     def _was_measured(self, node: Op, mapped: Mapped) -> bool:
         """Whether the exact shape of an op no model covers was measured (it is then priced whole, not by its
         nested ops)."""
-        if self.measured is None or self.threads is None or mapped.op == "embedding_lookup":
+        if self.measured is None or self.threads is None:
             return False
         return self.measured.time(mapped.op, mapped.pass_, implementation(node, mapped), mapped.params,
                                   self.threads, self.default_state) is not None
