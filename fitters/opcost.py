@@ -47,8 +47,9 @@ ELEMENTWISE: dict[str, dict[str, tuple[float, float]]] = {
 }
 GEMM_OPS = frozenset({"fully_connected", "linear", "addmm", "mm", "matmul", "bmm", "gemm", "baddbmm"})
 DEFAULT_ELEMENTWISE = (1.0, 2.0)
-# glibc's mmap threshold under pmdb's allocator settings (collectors/workloads/allocator.py): an output at least this
-# big is mapped fresh, page-faulted in by the op and unmapped when released.
+# glibc's mmap threshold under pmdb's allocator settings (collectors/workloads/allocator.py): with mmap on (a user's
+# MALLOC_MMAP_MAX_; pmdb's default turns it off, and the roofline's fresh-page cost then fits ~0) an output at least
+# this big is mapped fresh, page-faulted in by the op and unmapped when released.
 MMAP_THRESHOLD_BYTES = 32 * 2 ** 20
 
 

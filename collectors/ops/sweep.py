@@ -162,10 +162,11 @@ def plan(store: Store, platform: str, options: SweepOptions, device: torch.devic
     """Items still to measure and how many configs were already measured (skipped for resume): rows of completed
     runs and of the run ``run_id`` itself (rows it adopted from interrupted runs).
 
-    On a CPU the items run largest memory first. glibc serves a request above its mmap threshold (32 MiB) from a free
-    heap chunk when one is big enough, without page faults; small configs freed earlier coalesce into such chunks, so
-    a big allocating op (Adam's sqrt of a 51 MB parameter) measured 5x faster after them than in a fresh process or
-    inside a training step. Largest first, every big allocation meets a heap that small frees have not grown yet."""
+    On a CPU the items run largest memory first. With mmap on (a user's MALLOC_MMAP_MAX_; pmdb's default is off)
+    glibc serves a request above its mmap threshold (32 MiB) from a free heap chunk when one is big enough, without
+    page faults; small configs freed earlier coalesce into such chunks, so a big allocating op (Adam's sqrt of a
+    51 MB parameter) measured 5x faster after them than in a fresh process. Largest first, every big allocation
+    meets a heap that small frees have not grown yet; with mmap off the order does not matter."""
     specs = catalogue.load()
     names = options.ops or list(specs)
     if options.targets is not None:

@@ -31,7 +31,7 @@ def test_summary_is_median_of_per_iteration_max():
 
 def test_allocator_settings_defaults_and_user_values():
     env = allocator_env({})
-    assert set(env) == {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"}
+    assert set(env) == {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_MAX_"}
     assert allocator_env({"MALLOC_MMAP_THRESHOLD_": "1"})["MALLOC_MMAP_THRESHOLD_"] == "1"
     record = allocator_record({"MALLOC_TRIM_THRESHOLD_": "5", "PATH": "/bin"})
     assert record["MALLOC_TRIM_THRESHOLD_"] == "5" and "PATH" not in record and "libc" in record
