@@ -1,7 +1,8 @@
 """The dense embedding (op 'embedding'): ``F.embedding(idx, W)`` of N indices into a table W[V, D], as the
 transformers' token and position embeddings run it. Forward gathers N rows (out [N, D]); backward is the dense
 gradient of W: a zeroed [V, D] tensor into which the N output-gradient rows are added (on a CPU the zeroing, and
-above glibc's 32 MiB mmap threshold the page faults of that fresh buffer and its release, dominate for big V x D).
+with glibc's mmap on, above its 32 MiB threshold, the page faults of that fresh buffer and its release, dominate for
+big V x D; pmdb's allocator settings turn mmap off).
 
 Params V, D, N (elements); indices uniform over [0, V) (seeded). ML-modelled: the time is not one bytes term but
 the sum of a V x D part (zeroing, page faults: backward only) and an N x D part (gathers or scattered adds whose

@@ -5,9 +5,9 @@ minimum measured time and repetition count are reached. *warm* repeats back to b
 *cold* streams a buffer larger than the last-level cache before every repetition, so each call finds its operands
 in memory, as inside a training step; the code the op runs stays warm as it does inside a step (the dispatch path is
 re-warmed, see CacheFlusher, and the sweep re-runs the same op on a twin's operands: ``rewarm``). On a CPU a repetition's time
-includes releasing what the op returned: a buffer above glibc's mmap threshold (32 MiB under pmdb's allocator
-settings) is page-faulted in by the op and unmapped when freed, milliseconds for tens of MiB that a training step pays
-too (measured in a gpt2 step: 5.6 ms gaps after freeing Adam's 51 MB temporaries). Every allocation of a step is
+includes releasing what the op returned: with glibc's mmap on (a user's MALLOC_MMAP_MAX_; pmdb's allocator settings
+turn it off) a buffer above the 32 MiB mmap threshold is page-faulted in by the op and unmapped when freed,
+milliseconds for tens of MiB that a training step under those settings pays too. Every allocation of a step is
 freed once, so charging the release to the op that allocated keeps the step's total. CUDA: events around each call
 with synchronisation ('device').
 All times are microseconds.
