@@ -103,7 +103,7 @@ def kernel_groups(store: Store, platform: str, ops: list[str] | None = None,
 def _kernel_group(key: tuple, rows: pd.DataFrame) -> KernelGroup:
     keep = _valid_time(rows["median_us"])
     rows = rows[keep].reset_index(drop=True)
-    params = feats.params_frame(rows["params"]) if len(rows) else pd.DataFrame()
+    params = feats.with_optional(key[0], feats.params_frame(rows["params"])) if len(rows) else pd.DataFrame()
     notes = []
     if rows["threads"].nunique() > 1:  # different thread counts: the count becomes a feature
         params["threads"] = rows["threads"].astype(float)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from fitters import opcost
 from pmdb.errors import PmdbError
+from pmdb.traces.state_values import OPTIONAL
 
 DERIVED = ("ln_flops", "ln_bytes")
 EMBEDDING_COLUMNS = ("batch_size", "num_rows", "pooling_mean", "dim", "reuse_factors")
@@ -69,6 +70,18 @@ def params_frame(values: Iterable[Any]) -> pd.DataFrame:
     if bad:
         raise PmdbError(f"op parameters must be numbers; not numeric: {', '.join(bad)}")
     return numeric.astype(float)
+
+
+def with_optional(op: str, params: pd.DataFrame) -> pd.DataFrame:
+    """``params`` with the parameters ``op``'s rows may lack (:data:`pmdb.traces.state_values.OPTIONAL`) filled
+    in where missing, with the value a missing one means."""
+    defaults = OPTIONAL.get(op)
+    if not defaults or params.empty:
+        return params
+    out = params.copy()
+    for name, value in defaults.items():
+        out[name] = out[name].fillna(value) if name in out.columns else value
+    return out
 
 
 def build_spec(op: str, pass_: str, dtype: str, params: pd.DataFrame) -> FeatureSpec:
@@ -123,7 +136,7 @@ def fold_rows(op: str, params: pd.DataFrame, constants: Mapping[str, float]) -> 
 
 def transform(spec: FeatureSpec, params: pd.DataFrame) -> np.ndarray:
     """Feature matrix (rows x features) of ``params`` under ``spec``; a missing or bad parameter is a PmdbError."""
-    params = fold_rows(spec.op, params, spec.constants)
+    params = with_optional(spec.op, fold_rows(spec.op, params, spec.constants))
     missing = [p for p in spec.params if p not in params.columns]
     if missing:
         raise PmdbError(f"the {spec.op} {spec.pass_} model needs parameters {', '.join(missing)} "

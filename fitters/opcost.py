@@ -17,7 +17,8 @@ ITEMSIZE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "f
 
 # Parameters that are not sizes (never multiplied into an element count).
 NOT_SIZES = frozenset({"stride", "dilation", "groups", "diag", "is_depthwise", "p", "pad", "padding", "offset",
-                       "dim", "axis", "inplace", "bias", "transposed", "alpha", "beta", "eps", "momentum"})
+                       "dim", "axis", "inplace", "bias", "transposed", "alpha", "beta", "eps", "momentum",
+                       "Z"})  # Z: the share of exact zeros an op reads (pmdb.traces.state_values)
 
 # Per-element (flops, memory accesses) of element-wise and memory ops, forward and backward (method.md section 3).
 ELEMENTWISE: dict[str, dict[str, tuple[float, float]]] = {
@@ -123,6 +124,11 @@ def work(op: str, pass_: str, params: pd.DataFrame, dtype: str = "float32") -> t
     flops_per, accesses_per = ELEMENTWISE.get(op, {}).get(pass_, DEFAULT_ELEMENTWISE)
     count = numel(params)
     return flops_per * count, accesses_per * it * count
+
+
+def zero_mib(params: pd.DataFrame, dtype: str = "float32") -> np.ndarray:
+    """MiB of exact zeros each row's input holds (its zero share Z times its size; 0 without Z)."""
+    return _col(params, "Z", 0.0) * float(ITEMSIZE.get(dtype, 4)) * numel(params) / 2 ** 20
 
 
 def fresh_bytes(op: str, pass_: str, params: pd.DataFrame, dtype: str = "float32") -> np.ndarray:

@@ -18,7 +18,8 @@ matching dim is scaled, shapes equal to a parameter's are not protected, and the
 grow k times (batch × pooling), ``offsets`` of T·B + 1 entries become T·kB + 1; the embedding model's per-table
 ``batch_size`` grows k times. all_to_all exchanges (pooled embeddings and their gradients) move k times the bytes;
 every other collective keeps its size (gradients and parameters do not depend on the batch). Ops priced from the
-overhead table or from their traced time keep their time.
+overhead table or from their traced time keep their time. The zero share of an optimizer state an op reads
+(Adam's second moment of a token embedding) falls with the samples per step: :func:`scale_zero_shares`.
 
 **World size** (:func:`resize_world`, data parallel): every rank runs rank 0's graph; collectives keep their size
 and the simulator prices them at the new world size. World size 1 drops the collectives; from world size 1, DDP's
@@ -37,6 +38,7 @@ from typing import Any
 from pmdb.errors import PmdbError
 from pmdb.traces import oparg
 from pmdb.traces.graph import Kernel, Op, RankGraph, Stream, TraceGraph
+from pmdb.traces.state_values import scaled
 from simulator.embedding_stats import EmbeddingStats
 
 EMBEDDING_MARK = "split_embedding"    # FBGEMM TBE lookup ops and their wrappers, forward and backward
@@ -293,6 +295,20 @@ def scale_batch(graph: TraceGraph, old: int, new: int, world: int | None = None,
     stats = EmbeddingStats({r: [dict(t, batch_size=scaler._grow(int(t["batch_size"]))) for t in tables]
                             for r, tables in (embedding or EmbeddingStats()).per_rank.items()})
     return out, stats, scaler.result
+
+
+def scale_zero_shares(graph: TraceGraph, ratio: float) -> int:
+    """Give every op that reads a recorded zero share (:mod:`pmdb.traces.state_values`) the share after the same
+    steps at ``ratio`` times the global batch (``share ** ratio``: a row no sample has reached stays zero); returns
+    how many ops changed."""
+    changed = 0
+    for rank in graph.ranks:
+        for op in rank.ops:
+            for node in oparg.walk(op):
+                if node.zero_frac > 0:
+                    node.zero_frac = scaled(node.zero_frac, ratio)
+                    changed += 1
+    return changed
 
 
 def _itemsize(op: Op) -> int:

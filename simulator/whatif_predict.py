@@ -27,7 +27,7 @@ from simulator.embedding_stats import EmbeddingStats
 from simulator.session import PredictionSession
 from simulator.store_rows import Prediction, store_derived_trace_set, store_prediction
 from simulator.threads import run_threads
-from simulator.whatif import resize_world, scale_batch
+from simulator.whatif import resize_world, scale_batch, scale_zero_shares
 
 # (graph at the derived batch, its embedding statistics, that batch) -> (graph under the plan, statistics, what it did)
 Reshard = Callable[[TraceGraph, EmbeddingStats, int], tuple[TraceGraph, EmbeddingStats, dict[str, Any]]]
@@ -164,6 +164,8 @@ def derive(store: Store, source: SourceSet, spec: WhatIf, *, detail: bool, resha
         derivation["world_size"] = [old_world, world]
         derivation.update({k: v for k, v in (("inserted_all_reduce", resized.inserted),
                                               ("dropped_collectives", resized.dropped)) if v})
+    if batch is not None and batch != recorded and scale_zero_shares(graph, batch / recorded):
+        derivation["zero_shares_scaled"] = batch / recorded
     return Derived(source, graph, embedding, batch, world, sharder or source.sharder, plan, derivation, notes)
 
 

@@ -1,6 +1,7 @@
 """Element-wise ops on x[M, N]: relu, gelu, tanh, sigmoid, add (x + y), mul (x * y), softmax over N (roofline
 ops, params M, N), dropout on x[B, M, N] with probability p (ML-modelled, params B, M, N, p) and the optimizer's
-per-parameter ops (roofline, params M, N, forward only): allocating sqrt and div (x / scalar), in-place add_
+per-parameter ops (roofline, params M, N, forward only): allocating sqrt (optional Z: the share of rows that are
+exactly zero) and div (x / scalar), in-place add_
 (x += y), mul_ / div_ (by a scalar), lerp_ (toward y), addcmul_, addcdiv_, zero_ and fill_.
 
 Per-element (flops, 4-byte accesses) follow method.md section 3; they only bound the grids here."""
@@ -17,6 +18,8 @@ import torch.nn.functional as F
 
 from collectors.ops.listed import listed_configs
 from collectors.ops.catalogue import Axis, BuildContext, Built, OpSpec, autograd_pair, register
+from pmdb.errors import PmdbError
+from pmdb.traces.state_values import ZERO_SHARE, rounded
 
 _M = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
 _N = (16, 64, 128, 256, 1024, 4096, 16384)
@@ -170,6 +173,19 @@ OPTIMIZER_OPS: dict[str, tuple[Callable[..., Callable[[], torch.Tensor]], int, f
 }
 
 
+def _zero_share_check(plain: OpSpec) -> Callable[..., dict[str, Any]]:
+    """``OpSpec.check`` of an op whose configs may carry the zero share Z (a number in [0, 1]; 0 is left out)."""
+    def check(given: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        share = given.get(ZERO_SHARE, 0.0)
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+            raise PmdbError(f"{plain.name}: bad value {share!r} for {ZERO_SHARE} (a share in [0, 1] expected)")
+        config = plain.check({k: v for k, v in given.items() if k != ZERO_SHARE}, **extra)
+        if rounded(share) > 0:
+            config[ZERO_SHARE] = rounded(share)
+        return config
+    return check
+
+
 def _optimizer_builder(make: Callable[..., Callable[[], torch.Tensor]], count: int
                        ) -> Callable[[dict[str, Any], BuildContext], Built]:
     def build(p: dict[str, Any], ctx: BuildContext) -> Built:
@@ -179,12 +195,56 @@ def _optimizer_builder(make: Callable[..., Callable[[], torch.Tensor]], count: i
     return build
 
 
+# ---- sqrt on exact zeros ------------------------------------------------------------------------------------
+# torch.sqrt runs several times slower on exact zeros than on other values on some hosts (4x on the AMD host: MKL's
+# vector path), and Adam takes the root of a second moment whose rows stay exactly zero until a batch reaches them
+# (a token embedding early in training). Its configs may carry Z, the share of rows set to exactly zero (rows, as
+# in the optimizer's state; Z absent = 0: the keys of configs measured before Z existed are unchanged). The
+# traced share comes from the workload's recorded optimizer state (pmdb.traces.state_values).
+_ZERO_SHARES = (0.5, 0.9, 1.0)
+_ZERO_NUMELS = (4096, 65536, 2 ** 20, 2 ** 22, 2 ** 23, 2 ** 24)
+
+
+def _with_zeros(configs: list[dict[str, Any]], shares: tuple[float, ...]) -> list[dict[str, Any]]:
+    return [dict(c, **{ZERO_SHARE: z}) for c in configs for z in shares]
+
+
+def _sqrt_draw(rng: np.random.Generator) -> dict[str, Any]:
+    """A random shape; half the draws of 100 rows or more with a zero share uniform in (0, 1]."""
+    config: dict[str, Any] = _draw(rng)
+    if rng.uniform() < 0.5 and config["M"] >= 100:  # enough rows to hold the share
+        share = rounded(rng.uniform(0.01, 1.0))
+        if share > 0:
+            config[ZERO_SHARE] = share
+    return config
+
+
+def _sqrt_build(p: dict[str, Any], ctx: BuildContext) -> Built:
+    x = _tensors(p, ctx, 1)[0]
+    root = _sqrt(x, x, x)
+    zero_rows = int(round(float(p.get(ZERO_SHARE, 0.0)) * p["M"]))
+    if zero_rows:
+        gen = torch.Generator(device="cpu").manual_seed(ctx.seed + 1)
+        x[torch.randperm(p["M"], generator=gen)[:zero_rows].to(x.device)] = 0.0
+    params = dict(p, **{ZERO_SHARE: zero_rows / p["M"]}) if ZERO_SHARE in p else p  # the share built (whole rows)
+    return Built(root, None, params, keep=(x,))
+
+
 _OPTIMIZER_CONFIGS = listed_configs(_ladder(_NUMELS, _WIDTHS, 2), _ladder(_LARGE_NUMELS, (256, 4096), 2), _draw)
+_SQRT_CONFIGS = listed_configs(
+    _ladder(_NUMELS, _WIDTHS, 2) + _with_zeros(_ladder(_ZERO_NUMELS, (256,), 1), _ZERO_SHARES),
+    _ladder(_LARGE_NUMELS, (256, 4096), 2) + _with_zeros(_ladder(_LARGE_NUMELS, (256,), 1), (0.9,)), _sqrt_draw)
 for _name, (_make, _count, _flops, _accesses, _allocates) in OPTIMIZER_OPS.items():
-    register(OpSpec(
-        name=_name, family="elementwise", model="roofline", default_count=ROOFLINE_COUNT, passes=("fwd",),
+    _is_sqrt = _name == "sqrt"
+    _spec = OpSpec(
+        name=_name, family="elementwise", model="roofline", passes=("fwd",),
+        default_count=ROOFLINE_COUNT + (len(_ZERO_SHARES) * len(_ZERO_NUMELS) if _is_sqrt else 0),
         axes=(Axis("M", (), (), 1, _MAX_NUMEL), Axis("N", (), (), 1, 16384)),
-        build=_optimizer_builder(_make, _count), make_configs=_OPTIMIZER_CONFIGS,
+        build=_sqrt_build if _is_sqrt else _optimizer_builder(_make, _count),
+        make_configs=_SQRT_CONFIGS if _is_sqrt else _OPTIMIZER_CONFIGS,
         flops=lambda p, f=_flops: f * p["M"] * p["N"],
         bytes_moved=lambda p, a=_accesses: 4.0 * a * p["M"] * p["N"],
-        memory=lambda p, c=_count, out=_allocates: 4.0 * (c + int(out)) * p["M"] * p["N"]))
+        memory=lambda p, c=_count, out=_allocates: 4.0 * (c + int(out)) * p["M"] * p["N"])
+    if _is_sqrt:
+        _spec.check_config = _zero_share_check(replace(_spec))
+    register(_spec)

@@ -25,6 +25,7 @@ from pmdb.traces.from_store import load_graphs
 from pmdb.traces.graph import Op, TraceGraph
 from pmdb.traces.opmap import Mapped, map_op
 from pmdb.traces.opmap import implementation as traced_implementation
+from pmdb.traces.state_values import OPTIONAL
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def to_config(spec: OpSpec, params: dict[str, float]) -> dict[str, Any]:
     """The catalogue config of traced ``params``; PmdbError when the spec cannot build exactly that shape."""
     integral = {a.name for a in spec.axes if a.kind != "float"} | {k for k, v in spec.fixed.items()
                                                                     if isinstance(v, int)}
-    names = {a.name for a in spec.axes} | set(spec.fixed)
+    names = {a.name for a in spec.axes} | set(spec.fixed) | set(OPTIONAL.get(spec.name, {}))
     wanted = {k: int(round(v)) if k in integral else float(v) for k, v in params.items()}
     config = spec.check({k: v for k, v in wanted.items() if k in names})
     differs = [f"{k}={v} (built: {config.get(k, 'none')})" for k, v in wanted.items()

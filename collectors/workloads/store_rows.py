@@ -1,5 +1,6 @@
 """What a workload run writes: the workload shape (found by hash or inserted), the ground truth (workload_runs,
-e2e_measurements) and the per-iteration embedding statistics. Called only after every rank succeeded."""
+e2e_measurements), the per-iteration embedding statistics and the optimizer state's zero shares. Called only after
+every rank succeeded."""
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +35,8 @@ def ensure_workload(store: Store, *, family: str, name: str, config: dict[str, A
 def write_ground_truth(store: Store, *, run_id: str, workload_id: int, platform: str, iterations: int, warmup: int,
                        threads: int, allocator: dict[str, Any], results: Sequence[dict[str, Any]],
                        optimizer: str | None = None) -> dict[str, float]:
-    """workload_runs + e2e_measurements (+ embedding_batch_stats for DLRM) of one run; returns the summary."""
+    """workload_runs + e2e_measurements (+ embedding_batch_stats for DLRM, optimizer_state_stats when the optimizer
+    keeps state) of one run; returns the summary."""
     summary = summarise([r["times_us"] for r in results])
     store.insert_one("workload_runs", {
         "run_id": run_id, "workload_id": workload_id, "platform": platform, "iterations": iterations,
@@ -45,4 +47,6 @@ def write_ground_truth(store: Store, *, run_id: str, workload_id: int, platform:
     stats = [dict(row, run_id=run_id, workload_id=workload_id, optimizer=optimizer)
              for r in results for row in r.get("stats", [])]
     store.insert("embedding_batch_stats", stats)
+    store.insert("optimizer_state_stats", [dict(row, run_id=run_id, workload_id=workload_id)
+                                           for r in results for row in r.get("state_stats", [])])
     return summary

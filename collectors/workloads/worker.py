@@ -75,12 +75,14 @@ def _trainer(job: WorkloadJob, rank: int, device: Any) -> Any:
 
 def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
     """The rank program (runner target): ground truth, then the Kineto-only and ET passes. Returns per-rank times
-    (µs), embedding statistics (DLRM), trace paths and facts about the run."""
+    (µs), embedding statistics (DLRM), the zero shares of the optimizer state at the start and the end of the timed
+    iterations, trace paths and facts about the run."""
     import torch
     import torch.distributed as dist
 
     from collectors.launch import tick
     from collectors.workloads.ground_truth import time_iterations
+    from collectors.workloads.optimizer_state import state_zero_fractions
     from collectors.workloads.profile import et_pass, kineto_pass
 
     started = time.perf_counter()
@@ -104,13 +106,18 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
 
     step = trainer.step
     built = time.perf_counter()
-    times = time_iterations(step, job.warmup_ids, job.timed_ids, before, sync)
+    time_iterations(step, job.warmup_ids, [], before, sync)
+    optimizer = getattr(trainer, "optimizer", None)
+    state = state_zero_fractions(optimizer, job.warmup)   # between iterations: outside every timed interval
+    times = time_iterations(step, [], job.timed_ids, before, sync)
     timed = time.perf_counter()
+    state += state_zero_fractions(optimizer, job.warmup + job.iters)
     out: dict[str, Any] = {"rank": rank, "times_us": times, "info": trainer.info(), "threads": torch.get_num_threads(),
                            "allocator_env": {k: v for k, v in os.environ.items() if k in RECORDED},
                            "wall_s": {"build": built - started, "ground_truth": timed - built}}
     stats = getattr(trainer, "stats", {})
     out["stats"] = [dict(row, iteration=i, rank=rank) for i, k in enumerate(job.timed_ids) for row in stats.get(k, [])]
+    out["state_stats"] = [dict(row, rank=rank) for row in state]
     if job.trace_iters:
         folder = Path(job.trace_dir)
         out["kineto"] = str(folder / f"rank{rank}.kineto.json")

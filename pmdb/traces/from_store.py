@@ -26,6 +26,7 @@ from pmdb.store import Store
 from pmdb.traces.graph import Kernel, Op, RankGraph, Stream, TraceGraph
 from pmdb.traces.phases import phase_of
 from pmdb.traces.set_rows import complete_iterations, linked_counts, load_rank_frames, trace_set_info
+from pmdb.traces.state_values import annotate, zero_shares
 from pmdb.traces.vocabulary import common
 from pmdb.traces.units import SYNC_CALLS, RankUnits, collective_kind, nan_or
 
@@ -243,7 +244,8 @@ def load_graphs(store: Store, trace_set_id: int, *, pick: str = "all", detail: b
     ``pick='all'`` gives every such iteration; ``pick='best'`` only the one model mode sees best (most ops linked to
     the execution trace; the first on ties). ``detail`` also builds each op's child ops (``Op.sub``); ``shapes``
     reads input shapes and attributes (default: when picking for model mode or building details); ``reuse`` also
-    gives every op with an ET twin its inputs' reuse distances (``Op.reuse``, :mod:`pmdb.traces.reuse`).
+    gives every op with an ET twin its inputs' reuse distances (``Op.reuse``, :mod:`pmdb.traces.reuse`). With
+    shapes, ops that read a recorded optimizer state get its zero share (:mod:`pmdb.traces.state_values`).
     """
     if pick not in ("all", "best"):
         raise PmdbError(f"bad iteration pick {pick!r}: use all or best")
@@ -266,6 +268,7 @@ def load_graphs(store: Store, trace_set_id: int, *, pick: str = "all", detail: b
         _copy_waits(graphs)
         per_rank[rank] = graphs
     out = []
+    shares = zero_shares(store, info.get("workload_id")) if shapes else {}
     for k in wanted:
         ranks = [per_rank[r][k] for r in sorted(per_rank)]
         measured = [g.measured_us for g in ranks]
@@ -273,4 +276,5 @@ def load_graphs(store: Store, trace_set_id: int, *, pick: str = "all", detail: b
         out.append(TraceGraph(ranks, Semantics(info["semantics"]), info["platform"], int(trace_set_id),
                               measured_us=aligned_iteration_us([g.start_us for g in ranks], measured) if known
                               else float("nan")).validate())
+        annotate(out[-1], shares)
     return out

@@ -65,6 +65,7 @@ class Op:
     sub: list["Op"] = field(default_factory=list)  # direct child ops (built on request, for model mode on CPUs)
     phase: str = "fw"                      # training phase: fw, bw or optimizer (pmdb.traces.phases)
     reuse: tuple[tuple[float, float], ...] = ()  # per input storage (reuse distance, bytes): pmdb.traces.reuse
+    zero_frac: float = 0.0                 # share of exact zeros in its input, when recorded (pmdb.traces.state_values)
 
     @property
     def is_collective(self) -> bool:

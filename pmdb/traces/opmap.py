@@ -2,7 +2,8 @@
 
 The parameter names are those of ``collectors/ops`` (method.md section 3): fully_connected/bmm B, M, N, K;
 conv2d B, H (input side + 2·pad), IC, OC, stride, dilation, FH, FW, is_depthwise, pad; conv1d B, L, IC, OC, groups,
-FW; batch_norm B, H, C; layer_norm B, M, N; element-wise ops M, N; dropout B, M, N, p; concat M, N, K; memcpy M, N;
+FW; batch_norm B, H, C; layer_norm B, M, N; element-wise ops M, N (sqrt also Z, the share of exact zeros it
+reads, when recorded: :mod:`pmdb.traces.state_values`); dropout B, M, N, p; concat M, N, K; memcpy M, N;
 tril B, M, N, diag; embedding_lookup B, T (per-table statistics come from the store); embedding (dense) V, D, N.
 Backward ops are autograd nodes (``autograd::engine::evaluate_function: XBackward0``) whose sizes are read from the
 gradient and the nested ops.
@@ -20,6 +21,7 @@ from typing import Any, Callable
 
 from pmdb.traces.graph import Op
 from pmdb.traces.oparg import arg_index, scalar_at
+from pmdb.traces.state_values import VALUE_SENSITIVE, ZERO_SHARE
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 # names of batched (FBGEMM TBE) and torch embedding lookups, forward and backward
@@ -431,7 +433,10 @@ def map_op(op: Op) -> Mapped | object | None:
             single = short[len("_foreach_"):]   # _foreach_add_ -> add_ (in place), _foreach_sqrt -> sqrt
             return Mapped(ELEMENTWISE.get(single, single), "fwd", {"M": float(total), "N": 1.0})
         shape = max(tensors, key=_numel) if tensors else [1]
-        return Mapped(ELEMENTWISE.get(short, short.rstrip("_")), "fwd", _rows_cols(shape))
+        params = _rows_cols(shape)
+        if op.zero_frac > 0 and op.name in VALUE_SENSITIVE:  # its cost depends on the zeros it reads
+            params[ZERO_SHARE] = op.zero_frac
+        return Mapped(ELEMENTWISE.get(short, short.rstrip("_")), "fwd", params)
     return None
 
 
