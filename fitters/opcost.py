@@ -11,6 +11,8 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from pmdb.traces.state_values import ZERO_SHARE
+
 # Bytes per element of the dtypes the collectors record.
 ITEMSIZE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8, "double": 8,
             "int64": 8, "int32": 4, "int8": 1, "uint8": 1}
@@ -18,7 +20,7 @@ ITEMSIZE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "f
 # Parameters that are not sizes (never multiplied into an element count).
 NOT_SIZES = frozenset({"stride", "dilation", "groups", "diag", "is_depthwise", "p", "pad", "padding", "offset",
                        "dim", "axis", "inplace", "bias", "transposed", "alpha", "beta", "eps", "momentum",
-                       "Z"})  # Z: the share of exact zeros an op reads (pmdb.traces.state_values)
+                       ZERO_SHARE})
 
 # Per-element (flops, memory accesses) of element-wise and memory ops, forward and backward (method.md section 3).
 ELEMENTWISE: dict[str, dict[str, tuple[float, float]]] = {
@@ -128,7 +130,7 @@ def work(op: str, pass_: str, params: pd.DataFrame, dtype: str = "float32") -> t
 
 def zero_mib(params: pd.DataFrame, dtype: str = "float32") -> np.ndarray:
     """MiB of exact zeros each row's input holds (its zero share Z times its size; 0 without Z)."""
-    return _col(params, "Z", 0.0) * float(ITEMSIZE.get(dtype, 4)) * numel(params) / 2 ** 20
+    return _col(params, ZERO_SHARE, 0.0) * float(ITEMSIZE.get(dtype, 4)) * numel(params) / 2 ** 20
 
 
 def fresh_bytes(op: str, pass_: str, params: pd.DataFrame, dtype: str = "float32") -> np.ndarray:

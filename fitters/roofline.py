@@ -54,8 +54,7 @@ class RooflineModel(Model):
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         compute, memory = self.bounds_us(frame)
         fresh = self.fresh_us_per_mib * self.fresh_mib(frame) if self.fresh_us_per_mib else 0.0
-        zeros = (self.zero_us_per_mib * opcost.zero_mib(frame.astype(float), self.dtype)
-                 if self.zero_us_per_mib else 0.0)
+        zeros = self.zero_us_per_mib * opcost.zero_mib(frame, self.dtype) if self.zero_us_per_mib else 0.0
         return self.t0_us + np.maximum(compute / self.eff_flops, memory / self.eff_bw) + fresh + zeros
 
     def config(self) -> dict[str, Any]:
@@ -94,7 +93,7 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = 0.0) -> Roofline
     base = RooflineModel(training.op, training.pass_, training.dtype, peak_flops, peak_bw)
     compute, memory = base.bounds_us(training.params)
     fresh = base.fresh_mib(training.params)
-    zeros = opcost.zero_mib(training.params.astype(float), training.dtype)
+    zeros = opcost.zero_mib(training.params, training.dtype)
     with_fresh = int(np.count_nonzero(fresh)) >= 2
     with_zeros = int(np.count_nonzero(zeros)) >= 2
     target = np.log(training.times_us)

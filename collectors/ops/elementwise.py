@@ -75,7 +75,8 @@ register(OpSpec(
 # ---- the optimizer's per-parameter ops (forward only: optimizers run under no_grad) ----------------------------
 # Out-of-place sqrt and div (tensor / scalar) allocate their output: with glibc's mmap on (not pmdb's default,
 # collectors/workloads/allocator.py) one above the 32 MiB threshold is page-faulted in and unmapped on release (both
-# inside the timed span, collectors/ops/timer.py), which in-place ops never pay. The grid reaches 16M elements (a 50257 x 256 token embedding is 12.9M) and is dense around 32 MiB.
+# inside the timed span, collectors/ops/timer.py), which in-place ops never pay. The grid reaches 16M elements (a
+# 50257 x 256 token embedding is 12.9M) and is dense around 32 MiB.
 _NUMELS = (16, 64, 256, 1024, 4096, 16384, 65536, 262144, 2 ** 20, 2 ** 21, 2 ** 22, 6 * 2 ** 20, 7.5 * 2 ** 20,
            2 ** 23, 12 * 2 ** 20, 2 ** 24)
 _LARGE_NUMELS = (2 ** 24, 24 * 2 ** 20, 2 ** 25, 2 ** 26)
@@ -213,9 +214,7 @@ def _sqrt_draw(rng: np.random.Generator) -> dict[str, Any]:
     """A random shape; half the draws of 100 rows or more with a zero share uniform in (0, 1]."""
     config: dict[str, Any] = _draw(rng)
     if rng.uniform() < 0.5 and config["M"] >= 100:  # enough rows to hold the share
-        share = rounded(rng.uniform(0.01, 1.0))
-        if share > 0:
-            config[ZERO_SHARE] = share
+        config[ZERO_SHARE] = rounded(rng.uniform(0.01, 1.0))
     return config
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from pmdb.traces.graph import Op
 from pmdb.traces.oparg import arg_index, scalar_at
-from pmdb.traces.state_values import VALUE_SENSITIVE, ZERO_SHARE
+from pmdb.traces.state_values import ZERO_SHARE
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 # names of batched (FBGEMM TBE) and torch embedding lookups, forward and backward
@@ -434,7 +434,7 @@ def map_op(op: Op) -> Mapped | object | None:
             return Mapped(ELEMENTWISE.get(single, single), "fwd", {"M": float(total), "N": 1.0})
         shape = max(tensors, key=_numel) if tensors else [1]
         params = _rows_cols(shape)
-        if op.zero_frac > 0 and op.name in VALUE_SENSITIVE:  # its cost depends on the zeros it reads
+        if op.zero_frac > 0:  # a value-sensitive op given its share (pmdb.traces.state_values.annotate)
             params[ZERO_SHARE] = op.zero_frac
         return Mapped(ELEMENTWISE.get(short, short.rstrip("_")), "fwd", params)
     return None

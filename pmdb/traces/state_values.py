@@ -11,16 +11,15 @@ runs before migration 0011) ``zero_frac`` stays 0: the op is priced as on random
 from __future__ import annotations
 
 import math
-from typing import Iterable, Iterator
-
 import pandas as pd
 
 from pmdb.store import Store
-from pmdb.traces.graph import Op, TraceGraph
+from pmdb.traces.graph import TraceGraph
+from pmdb.traces.oparg import walk
 
 
 ZERO_SHARE = "Z"                      # the op parameter: share of exact zeros in the input, [0, 1]
-VALUE_SENSITIVE = {"aten::sqrt": "sqrt"}   # traced op -> catalogue op whose cost depends on the zero share
+VALUE_SENSITIVE = frozenset({"aten::sqrt"})   # traced ops whose cost depends on the zero share they read
 SECOND_MOMENTS = ("exp_avg_sq", "max_exp_avg_sq", "square_avg", "sum")  # states optimizers take the root of
 OPTIONAL = {"sqrt": {ZERO_SHARE: 0.0}}    # catalogue op -> parameters its rows may lack, with what a missing one means
 OPTIMIZER_PHASE = "optimizer"        # Op.phase of the optimizer step's ops (pmdb.traces.phases)
@@ -54,12 +53,6 @@ def _numel(shape: object) -> int | None:
     return math.prod(shape)
 
 
-def _walk(ops: Iterable[Op]) -> Iterator[Op]:
-    for op in ops:
-        yield op
-        yield from _walk(op.sub)
-
-
 def annotate(graph: TraceGraph, shares: dict[int, list[tuple[int, float]]]) -> int:
     """Set ``zero_frac`` of the value-sensitive ops of the optimizer step (nested ones too): an optimizer visits its
     parameters in order, so the ops are matched to the recorded states in order, each to the next state of its
@@ -71,7 +64,7 @@ def annotate(graph: TraceGraph, shares: dict[int, list[tuple[int, float]]]) -> i
         if not states:
             continue
         at = 0
-        for op in _walk(o for o in rank_graph.ops if o.phase == OPTIMIZER_PHASE):
+        for op in (n for top in rank_graph.ops if top.phase == OPTIMIZER_PHASE for n in walk(top)):
             if op.name not in VALUE_SENSITIVE or not op.input_shapes:
                 continue
             numel = _numel(op.input_shapes[0])
