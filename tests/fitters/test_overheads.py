@@ -54,20 +54,23 @@ GPU_EXPECTED = {
 }
 
 # CPU trace (one thread): linear [10,60] with children t [12,20] (> transpose [13,18] > as_strided [14,16]) and
-# addmm [25,55] (> expand [26,28]); relu [64,80] with child clamp_min [66,78]; view [83,86].
-#   T1: relu 64-60 = 4, view 83-80 = 3
+# addmm [25,55] (> expand [26,28]); relu [64,80] with child clamp_min [66,78]; view [83,86]; add_ [87,88]; mul_ [88,89].
+#   T1 (0 <= gap < 200 on CPUs): relu 64-60 = 4, view 83-80 = 3, add_ 87-86 = 1, mul_ 88-88 = 0 (the GPU window's
+#   2 µs floor would drop the last two)
 #   T2: linear 12-10 = 2, t 13-12 = 1, transpose 14-13 = 1, addmm 26-25 = 1, relu 66-64 = 2
 #   T3: linear 60-55 = 5, t 20-18 = 2, transpose 18-16 = 2, addmm 55-28 = 27, relu 80-78 = 2
-#   T5: linear 25-20 = 5 (between t and addmm); no child op: as_strided 2, expand 2, clamp_min 12, view 3
+#   T5: linear 25-20 = 5 (between t and addmm); no child op: as_strided 2, expand 2, clamp_min 12, view 3, add_ 1,
+#   mul_ 1
 CPU_EVENTS = [
     _x("user_annotation", "ProfilerStep#1", 0, 500),
     _x("cpu_op", "aten::linear", 10, 50), _x("cpu_op", "aten::t", 12, 8), _x("cpu_op", "aten::transpose", 13, 5),
     _x("cpu_op", "aten::as_strided", 14, 2), _x("cpu_op", "aten::addmm", 25, 30), _x("cpu_op", "aten::expand", 26, 2),
     _x("cpu_op", "aten::relu", 64, 16), _x("cpu_op", "aten::clamp_min", 66, 12),
-    _x("cpu_op", "aten::view", 83, 3),
+    _x("cpu_op", "aten::view", 83, 3), _x("cpu_op", "aten::add_", 87, 1), _x("cpu_op", "aten::mul_", 88, 1),
 ]
 CPU_EXPECTED = {
-    ("aten::relu", "T1"): [4], ("aten::view", "T1"): [3],
+    ("aten::relu", "T1"): [4], ("aten::view", "T1"): [3], ("aten::add_", "T1"): [1], ("aten::mul_", "T1"): [0],
+    ("aten::add_", "T5"): [1], ("aten::mul_", "T5"): [1],
     ("aten::linear", "T2"): [2], ("aten::t", "T2"): [1], ("aten::transpose", "T2"): [1], ("aten::addmm", "T2"): [1],
     ("aten::relu", "T2"): [2],
     ("aten::linear", "T3"): [5], ("aten::t", "T3"): [2], ("aten::transpose", "T3"): [2], ("aten::addmm", "T3"): [27],
@@ -136,7 +139,7 @@ def test_joint_traces_are_left_out_unless_asked_and_versions_grow(store, tmp_pat
     second = _fit(store, name, include_joint=True)
     assert (first["overhead_version"], second["overhead_version"]) == (1, 2)
     assert (first["traces"], second["traces"]) == (1, 2)
-    assert second["samples"] == 2 * first["samples"] + 2  # zero_: T1 (90-86 = 4) and T5 (4)
+    assert second["samples"] == 2 * first["samples"] + 2  # zero_: T1 (90-89 = 1) and T5 (4)
     ids = store.query("SELECT overhead_version, trace_ids FROM v_overhead_versions ORDER BY 1")["trace_ids"]
     assert [len(v) for v in ids] == [1, 2]
 
@@ -156,4 +159,4 @@ def test_cli_prints_the_new_version(workspace, tmp_path, capsys):
                  str(_trace(tmp_path, "k.json", CPU_EVENTS)), "--platform", "hand-cpu"]) == 0
     assert main(["--home", str(workspace.home), "fit", "overheads", "--platform", "hand-cpu"]) == 0
     out = capsys.readouterr().out
-    assert "overhead version 1 of hand-cpu (sync_host): 17 samples from 1 trace(s)" in out
+    assert "overhead version 1 of hand-cpu (sync_host): 21 samples from 1 trace(s)" in out
