@@ -52,7 +52,7 @@ class CollectiveGroup:
     collective: str
     world_size: int
     backend: str
-    rows: pd.DataFrame            # collective_id, run_id, collective, split_kind, max_rank_bytes, lat_p50_us
+    rows: pd.DataFrame            # collective_id, run_id, collective, split_kind, max_rank_bytes, lat_us
     dropped: int = 0
 
     @property
@@ -128,10 +128,12 @@ def _embedding_group(store: Store, key: tuple, rows: pd.DataFrame, with_stats: s
 
 
 def collective_groups(store: Store, platform: str, collectives: list[str] | None = None) -> list[CollectiveGroup]:
-    """One group per (model collective, world size) over the aggregate rows of ``platform``."""
+    """One group per (model collective, world size) over the aggregate rows of ``platform``. A row's time
+    (``lat_us``) is its mean over iterations where stored (a step pays every call: gloo on a small host is bimodal
+    per call, and the median picks either mode), else its median (rows written before migration 0012, imports)."""
     frame = store.query(
-        "SELECT collective_id, run_id, collective, backend, world_size, split_kind, max_rank_bytes, lat_p50_us "
-        "FROM v_collective_measurements WHERE platform = ? AND rank IS NULL ORDER BY collective_id", [platform])
+        "SELECT collective_id, run_id, collective, backend, world_size, split_kind, max_rank_bytes, "
+        "coalesce(lat_mean_us, lat_p50_us) AS lat_us FROM v_collective_measurements WHERE platform = ? AND rank IS NULL ORDER BY collective_id", [platform])
     if frame.empty:
         return []
     frame["model_collective"] = frame["collective"].map(lambda c: COLLECTIVE_ALIASES.get(c, c))
@@ -143,7 +145,7 @@ def collective_groups(store: Store, platform: str, collectives: list[str] | None
             continue  # only random-split points: nothing to train on (they are test points of another model)
         backend = rows["backend"].mode().iloc[0]
         rows = rows[rows["backend"] == backend]
-        keep = _valid_time(rows["lat_p50_us"]) & (rows["max_rank_bytes"].to_numpy() > 0)
+        keep = _valid_time(rows["lat_us"]) & (rows["max_rank_bytes"].to_numpy() > 0)
         groups.append(CollectiveGroup(collective, int(world_size), backend, rows[keep].reset_index(drop=True),
                                       dropped=int((~keep).sum())))
     return groups

@@ -270,7 +270,7 @@ class Fitter:
         if isinstance(group, data.CollectiveGroup):
             split = split_collective(group.rows["max_rank_bytes"], group.rows["split_kind"])
             sizes = group.rows["max_rank_bytes"].to_numpy(dtype=float)
-            times = group.rows["lat_p50_us"].to_numpy(dtype=float)
+            times = group.rows["lat_us"].to_numpy(dtype=float)
             model: Model = coll.fit(group.collective, group.world_size, sizes[split.train], times[split.train])
             frame = group.rows[["max_rank_bytes"]]
             ids, inputs = group.rows["collective_id"], group.rows[["max_rank_bytes", "split_kind"]]

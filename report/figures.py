@@ -100,7 +100,7 @@ def collective_curves(points: pd.DataFrame, models: pd.DataFrame, path: Path) ->
                       & (points["collective"].map(model_collective) == collective)]
         for (name, kind), group in mine.groupby(["collective", "split_kind"]):
             label = f"{name} ({kind} splits" + (", test points)" if name != collective else ")")
-            ax.scatter(group["max_rank_bytes"], group["lat_p50_us"], s=9, label=label,
+            ax.scatter(group["max_rank_bytes"], group["lat_us"], s=9, label=label,
                        marker="o" if kind == "equal" else "x")
             series.append(f"{name} ws{world} measured {kind}")
         fitted = models[(models["platform"] == platform) & (models["op"] == collective)

@@ -20,11 +20,12 @@ TABLE = "collective_measurements"
 
 
 def latency_stats(latencies_us: Sequence[float] | np.ndarray) -> dict[str, float]:
-    """p50, p95, min and max (µs) over iterations."""
+    """p50, mean, p95, min and max (µs) over iterations."""
     values = np.asarray(latencies_us, dtype=float)
     if values.size == 0 or not np.all(np.isfinite(values)):
         raise ValueError("latencies must be a non-empty array of finite numbers")
-    return {"lat_p50_us": float(np.percentile(values, 50)), "lat_p95_us": float(np.percentile(values, 95)),
+    return {"lat_p50_us": float(np.percentile(values, 50)), "lat_mean_us": float(values.mean()),
+            "lat_p95_us": float(np.percentile(values, 95)),
             "lat_min_us": float(values.min()), "lat_max_us": float(values.max())}
 
 
@@ -50,7 +51,8 @@ def make_row(*, run_id: str, platform: str, collective: str, backend: str, world
         "rank": rank, "total_bytes": sizes.total_bytes, "bytes_per_rank": sizes.bytes_per_rank,
         "max_rank_bytes": sizes.max_rank_bytes, "sent_bytes": sizes.sent_bytes, "recv_bytes": sizes.recv_bytes,
         "iterations": iterations, "warmup": warmup, "threads_per_rank": threads_per_rank,
-        "lat_p50_us": float(p50), "lat_p95_us": _finite_or_none(latency.get("lat_p95_us")),
+        "lat_p50_us": float(p50), "lat_mean_us": _finite_or_none(latency.get("lat_mean_us")),
+        "lat_p95_us": _finite_or_none(latency.get("lat_p95_us")),
         "lat_min_us": _finite_or_none(latency.get("lat_min_us")),
         "lat_max_us": _finite_or_none(latency.get("lat_max_us")),
         "algbw_gbps": _finite_or_none(algbw if algbw_gbps is None else algbw_gbps),

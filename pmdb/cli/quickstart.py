@@ -59,7 +59,7 @@ def steps(report_dir: str) -> list[Step]:
     """The reduced default asset set, in order."""
     plan = [
         Step("ops", ("collect", "ops", "--sweep", "quick"), "kernel microbenchmarks (quick grid, warm and cold)"),
-        Step("comms", ("collect", "comms", "--world-size", "2", "--max-bytes", "16MiB", "--iters", "10",
+        Step("comms", ("collect", "comms", "--world-size", "2", "--max-bytes", "16MiB", "--iters", "30",
                        "--warmup", "3", "--random-splits", "1"), "collective sweep at world size 2 (gloo)"),
         Step("dlrm-ws1", ("collect", "workload", "dlrm", *_DLRM, "--world-size", "1"), "DLRM at world size 1"),
     ]

@@ -12,6 +12,7 @@ def test_latency_stats_match_numpy():
     values = np.random.default_rng(0).gamma(2.0, 50.0, size=101)
     stats = latency_stats(values)
     assert stats["lat_p50_us"] == pytest.approx(np.median(values))
+    assert stats["lat_mean_us"] == pytest.approx(values.mean())
     assert stats["lat_p95_us"] == pytest.approx(np.percentile(values, 95))
     assert stats["lat_min_us"] == values.min() and stats["lat_max_us"] == values.max()
     with pytest.raises(ValueError):

@@ -1,4 +1,5 @@
 """A real world-size-2 gloo sweep of every collective over a few sizes, with unequal all_to_allv splits."""
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -86,6 +87,9 @@ def test_curve_table_and_named_query(swept):
     equal = curves[(curves["collective"] == "all_reduce")]
     assert equal["max_rank_bytes"].tolist() == [4, 64, 1024, 16384]
     assert (equal["n_rows"] == 1).all() and (equal["lat_p50_us"] > 0).all()
+    # the mean over iterations is stored beside the median, and is what the models are fitted on (lat_us)
+    assert ((agg["lat_mean_us"] >= agg["lat_min_us"]) & (agg["lat_mean_us"] <= agg["lat_max_us"])).all()
+    assert np.allclose(equal["lat_us"], agg["lat_mean_us"])
 
 
 
