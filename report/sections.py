@@ -94,7 +94,8 @@ def collectives_section(store: Store, out: Path, platform: str | None) -> Sectio
     models = _on(named(store, "report_models"), platform)
     models = models[models["world_size"].notna()].reset_index(drop=True)
     section = Section("collectives", "Collectives: fitted curves over their points, held-out errors (Fig. 9)",
-                      "Median latency per message size (max over ranks of the bytes sent or received) and the "
+                      "Latency per message size (max over ranks of the bytes sent or received; the mean over a sweep's "
+                      "iterations, what the models are fitted on, else the median) and the "
                       "fitted piecewise model with its turning points m1, m2 (dashed); each panel's title and the "
                       "table give the model's held-out test GMAE.")
     if points.empty and models.empty:
