@@ -10,15 +10,21 @@ collectives of stored workload traces.
   core of their own (``shares_core``: the simulator's core rule, :func:`simulator.threads.comm_shares_core`), the
   time the rank's own compute ops ran inside that work is taken out first: the simulator charges a collective to its
   rank's core already, so leaving it in would count the compute twice.
+* **Stalls**: a rank's work on a collective can also end long after its peers' (on the 2-core host, a forward
+  all_to_all ended 4.45 ms after it started on one rank and 0.20 ms on the other, both ranks there within 25 µs:
+  the data had been sent, one rank's thread got it ~4 ms later). The min over ranks leaves that out, and it delays
+  the step all the same (every later collective waits for it). Its **lag** is the spread of the ranks' work end
+  times: max - min over ranks (0 when they end together, as after a late arrival that the others waited for).
 * **Model** (family ``in_context``): the plain curve (the champion ``<collective>.ws<N>~<platform>`` at fit
-  time, stored inside the version) times a factor ``f(m) = exp(a + b (clip(log2 m, lo, hi) - c))``: ``a`` the
+  time, stored inside the version) times a factor ``f(m) = exp(a + b (clip(log2 m, lo, hi) - c))``, plus the mean
+  lag of the training rows (``stall_us``, the expected stall per call: stalls are rare and long, so the mean): ``a`` the
   typical log ratio in context / curve, ``b`` its slope over message size (0 unless the training rows hold at least
   MIN_SLOPE_SIZES sizes spanning MIN_SLOPE_OCTAVES octaves), sizes outside the trained range [lo, hi] priced at its
   edge. Robust least squares in ln(ratio) (soft-L1: one preempted collective counts linearly).
 * **Held out by trace set**: the sets are split (seeded, :func:`fitters.split.split_rows`); the version is fitted on
   the training sets only and scored on the test sets, beside the plain curve's error on the same rows and the
   replicate GMAE (each traced instance against the median of its collective over the set's iterations: the noise
-  floor no model of message size can beat).
+  floor no model of message size can beat). Scored against the in-context time plus the lag.
 
 Registered as ``<collective>.ws<N>.in_context~<platform>`` (MLflow run + version, mirrored; a store that registered it
 as ``pmdb.<platform>.<collective>.ws<N>.in_context`` keeps that name, :func:`fitters.registry.registered_name`); each
@@ -82,10 +88,11 @@ class InContextCollectiveModel(Model):
     family = FAMILY
 
     def __init__(self, collective: str, world_size: int, base: Model, base_version: str, factor: Factor,
-                 info: dict[str, Any] | None = None):
+                 info: dict[str, Any] | None = None, stall_us: float = 0.0):
         self.collective, self.world_size = collective, int(world_size)
         self.base, self.base_version, self.factor = base, base_version, factor
         self.info = info or {}
+        self.stall_us = float(stall_us)   # expected stall per call (µs): the training rows' mean lag
 
     def plain(self, frame: pd.DataFrame) -> np.ndarray:
         """The plain curve's µs (what the factor multiplies)."""
@@ -93,24 +100,26 @@ class InContextCollectiveModel(Model):
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         plain = self.plain(frame)   # checks the max_rank_bytes column
-        return plain * self.factor(pd.to_numeric(frame["max_rank_bytes"], errors="coerce").to_numpy(dtype=float))
+        sizes = pd.to_numeric(frame["max_rank_bytes"], errors="coerce").to_numpy(dtype=float)
+        return plain * self.factor(sizes) + self.stall_us
 
     def config(self) -> dict[str, Any]:
         return {"collective": self.collective, "world_size": self.world_size, "factor": asdict(self.factor),
-                "base": {"version": self.base_version, "family": self.base.family, "config": self.base.config()},
+                "stall_us": self.stall_us, "base": {"version": self.base_version, "family": self.base.family, "config": self.base.config()},
                 "fit": self.info,
                 "features": {"inputs": ["max_rank_bytes"], "x": "log2(max_rank_bytes)", "unit": "µs"}}
 
     def describe(self) -> dict[str, Any]:
         return {"collective": self.collective, "world_size": self.world_size, "base_version": self.base_version,
-                **{f"factor_{k}": v for k, v in asdict(self.factor).items()}, "fit": self.info}
+                **{f"factor_{k}": v for k, v in asdict(self.factor).items()}, "stall_us": self.stall_us,
+                "fit": self.info}
 
     @classmethod
     def from_saved(cls, config: dict[str, Any], directory: Path) -> "InContextCollectiveModel":
         base_cfg = config["base"]
         base = family_class(base_cfg["family"]).from_saved(base_cfg["config"], directory)
         return cls(config["collective"], config["world_size"], base, base_cfg["version"],
-                   Factor(**config["factor"]), config.get("fit"))
+                   Factor(**config["factor"]), config.get("fit"), float(config.get("stall_us", 0.0)))
 
 
 def fit_factor(sizes: np.ndarray, ratios: np.ndarray) -> Factor:
@@ -181,7 +190,17 @@ def rank_work(graph: RankGraph, subtract_compute: bool) -> dict[int, tuple[float
 
 
 ROW_COLUMNS = ["trace_set_id", "run_id", "iteration", "index", "collective", "world_size", "max_rank_bytes",
-               "traced_us", "raw_us", "compute_subtracted"]
+               "traced_us", "raw_us", "lag_us", "compute_subtracted"]
+
+
+def end_lag(ops: list[Op]) -> float:
+    """The spread of the ranks' work end times on one collective (µs): max - min over ranks; 0 without a work
+    interval on every rank."""
+    spans = [work_interval(op) for op in ops]
+    if any(span is None for span in spans):
+        return 0.0
+    ends = [span[1] for span in spans]
+    return float(max(ends) - min(ends))
 
 
 def trace_sets(store: Store, platform: str, wanted: list[int] | None = None) -> pd.DataFrame:
@@ -218,10 +237,11 @@ def traced_collectives(store: Store, platform: str, shares_core: SharesCore,
                 if len(works) < len(graph.ranks) or any(math.isnan(s) for s in sizes):
                     continue
                 best = min(works)
+                lag = end_lag([rg.ops[at[k]] for rg, at in zip(graph.ranks, indices)])
                 rows.append({"trace_set_id": int(ts.trace_set_id), "run_id": ts.run_id, "iteration": first.iteration,
                              "index": k, "collective": first.ops[i].collective, "world_size": len(graph.ranks),
                              "max_rank_bytes": float(max(sizes)), "traced_us": best[0], "raw_us": best[1],
-                             "compute_subtracted": subtract})
+                             "lag_us": lag, "compute_subtracted": subtract})
     return pd.DataFrame(rows, columns=ROW_COLUMNS)
 
 
@@ -267,20 +287,26 @@ def fit_group(rows: pd.DataFrame, base: Model, base_version: str, seed: int = 0)
     traced = rows["traced_us"].to_numpy(dtype=float)
     sizes = rows["max_rank_bytes"].to_numpy(dtype=float)
     factor = fit_factor(sizes[split.train], traced[split.train] / plain[split.train])
+    lag = rows["lag_us"].to_numpy(dtype=float)
+    stall = float(np.nanmean(lag[split.train])) if split.train.size else 0.0
+    stall = stall if math.isfinite(stall) else 0.0
+    target = traced + np.nan_to_num(lag)   # what the model is scored on: the min-over-ranks work plus the lag
     train = rows.iloc[split.train]
     info = {"train_rows": int(split.train.size), "train_sizes": int(train["max_rank_bytes"].nunique()),
             "train_median_ratio": round(float(np.median(traced[split.train] / plain[split.train])), 4),
             "median_raw_over_traced": round(float(np.median(train["raw_us"] / train["traced_us"].clip(lower=1e-9))), 4),
             "compute_subtracted": bool(train["compute_subtracted"].any()),
-            "target": "min over ranks of the collective's communication-stream work"}
+            "train_lag_p90_us": round(float(np.nanpercentile(lag[split.train], 90)), 1) if split.train.size else 0.0,
+            "target": "min over ranks of the collective's communication-stream work, plus the spread of the ranks' "
+                      "work end times (the lag)"}
     model = InContextCollectiveModel(str(rows["collective"].iloc[0]), int(rows["world_size"].iloc[0]), base,
-                                     base_version, factor, info)
+                                     base_version, factor, info, stall)
     test = rows.iloc[split.test]
     scores: dict[str, float] = {"n": 0}
     if split.test.size:
         predicted = model.predict(test[["max_rank_bytes"]])
-        scores = metrics.summary(predicted, traced[split.test])
-        scores["plain_gmae"] = metrics.gmae(plain[split.test], traced[split.test])
+        scores = metrics.summary(predicted, target[split.test])
+        scores["plain_gmae"] = metrics.gmae(plain[split.test], target[split.test])
         scores["replicate_gmae"] = replicate_gmae(test)
     return ContextFit(model.collective, model.world_size, model, rows,
                       sorted(train["trace_set_id"].unique().astype(int).tolist()),
@@ -360,7 +386,7 @@ def fit_in_context(store: Store, workspace: Any, platform: str, shares_core: Sha
             split = {"id_column": "trace_set_id", "train_ids": fitted.train_sets, "test_ids": fitted.test_sets,
                      "base": f"{base_name}:{base_version}"}
             test = fitted.rows[fitted.rows["trace_set_id"].isin(fitted.test_sets)]
-            measured = [part["traced_us"].to_numpy(dtype=float) for part in (test, train)]
+            measured = [(part["traced_us"] + part["lag_us"].fillna(0.0)).to_numpy(dtype=float) for part in (test, train)]
             predicted = [fitted.model.predict(part[["max_rank_bytes"]]) for part in (test, train)]
             record.histogram = error_histogram(predicted[0], measured[0]) if len(test) else {}
             with tempfile.TemporaryDirectory() as tmp:
@@ -372,7 +398,7 @@ def fit_in_context(store: Store, workspace: Any, platform: str, shares_core: Sha
             results.append({"name": record.name, "collective": collective, "world_size": world_size,
                             "version": version, "base": f"{base_name}:{base_version}",
                             "factor": float(fitted.model.factor(np.array([2.0 ** fitted.model.factor.center]))[0]),
-                            "slope": fitted.model.factor.b, "n_train": record.n_train, "n_test": record.n_test,
+                            "slope": fitted.model.factor.b, "stall_us": fitted.model.stall_us, "n_train": record.n_train, "n_test": record.n_test,
                             "test_sets": len(fitted.test_sets), "test_gmae": fitted.metrics.get("gmae", math.nan),
                             "plain_gmae": fitted.metrics.get("plain_gmae", math.nan),
                             "replicate_gmae": fitted.metrics.get("replicate_gmae", math.nan)})

@@ -36,8 +36,9 @@ def comms_context(ctx: typer.Context,
                               for m in ("test", "plain", "replicate")})
     shown["factor"] = shown["factor"].round(3)
     shown["slope"] = shown["slope"].round(3)
-    render(shown[["collective", "world_size", "version", "factor", "slope", "n_train", "n_test", "test_%",
-                  "plain_%", "replicate_%"]].rename(columns={"world_size": "ws", "replicate_%": "noise_%"}))
+    shown["stall_us"] = shown["stall_us"].round(0)
+    render(shown[["collective", "world_size", "version", "factor", "slope", "stall_us", "n_train", "n_test",
+                  "test_%", "plain_%", "replicate_%"]].rename(columns={"world_size": "ws", "replicate_%": "noise_%"}))
     typer.echo(f"{len(results)} in-context versions registered on {record.name}, each its name's champion;\n"
                f"`pmdb predict` prices collectives with them (`--collectives plain`: without)")
 
@@ -45,7 +46,9 @@ def comms_context(ctx: typer.Context,
 HELP = ("Fit the collectives' in-context term: per collective and world size, the factor by which the collectives "
         "of the platform's stored multi-rank traces (min over ranks of their work on the communication stream, "
         "without the rank's own compute where the communication thread shares its core) exceed the plain "
-        "microbenchmark curve's champion, as a function of message size.\n\n"
+        "microbenchmark curve's champion, as a function of message size, plus the expected stall per call "
+        "(stall_us: the mean spread of the ranks' work end times on a collective, a delay the min over ranks "
+        "leaves out).\n\n"
         "Held out by trace set: test_% is the version's GMAE on the test sets, plain_% the plain curve's on the "
         "same rows, noise_% the spread of the traced instances themselves (noise floor). Each version "
         "(<collective>.ws<N>.in_context~<platform>) becomes champion; predictions use it unless given "

@@ -19,7 +19,7 @@ import recording  # noqa: E402
 from collectors.traces.ingest import RankTraces, ingest_trace_set  # noqa: E402
 from fitters.collective import CollectiveParams, bus_factor, curve  # noqa: E402
 from fitters.collective_context import (  # noqa: E402
-    ContextOptions, Factor, context_model_name, fit_factor, fit_in_context, rank_work, traced_collectives)
+    ContextOptions, Factor, end_lag, fit_group, context_model_name, fit_factor, fit_in_context, rank_work, traced_collectives)
 from fitters.fit import FitOptions, fit_models  # noqa: E402
 from pmdb import platform as platforms  # noqa: E402
 from pmdb.store import Store  # noqa: E402
@@ -162,3 +162,35 @@ def test_the_collectives_choice_keeps_one_version_per_collective():
     assert with_collectives("champion", "plain") == "champion+plain"
     assert with_collectives("champion+plain", "in-context") == "champion+plain"   # the spec's own choice stays
     assert parse_spec("ar:1,relu:1+plain") == ("", {"ar": 1, "relu": 1})
+
+
+def _comm_op(start: float, cpu: float, gap: float, dur: float) -> Op:
+    return Op("c10d::alltoall_base_", [Kernel(Stream.COMM, dur, gap_before_us=gap, launch_us=0.0)],
+              collective="all_to_all", start_us=start, cpu_dur_us=cpu)
+
+
+def test_the_lag_is_the_spread_of_the_ranks_work_end_times():
+    # both ranks there within 25 µs; rank 0's work ends at 1000 + 5 + 200, rank 1's at 1025 + 5 + 4451: a stall
+    stalled = [_comm_op(1000.0, 10.0, 5.0, 200.0), _comm_op(1025.0, 10.0, 5.0, 4451.0)]
+    assert end_lag(stalled) == pytest.approx((1025 + 5 + 4451) - (1000 + 5 + 200))
+    # a late arrival the other rank waited for: both end together, no lag
+    waited = [_comm_op(1000.0, 10.0, 0.0, 3000.0), _comm_op(3800.0, 10.0, 0.0, 200.0)]
+    assert end_lag(waited) == 0.0
+    assert end_lag([_comm_op(0.0, 1.0, 0.0, 5.0), Op("c10d::alltoall_base_", collective="all_to_all")]) == 0.0
+
+
+def test_the_stall_is_the_training_rows_mean_lag_added_to_every_call(context_store):
+    store, platform, sets = context_store
+    rows = traced_collectives(store, platform, lambda world, threads: False)
+    assert (rows["lag_us"] >= 0).all() and rows["lag_us"].notna().all()
+    plain = load_model_set(store, platform, "champion+plain").collective("all_reduce", 2).model
+    fitted = fit_group(rows[rows["collective"] == "all_reduce"], plain, "plain:1", seed=0)
+    train = fitted.rows[fitted.rows["trace_set_id"].isin(fitted.train_sets)]
+    assert fitted.model.stall_us == pytest.approx(train["lag_us"].mean())
+    frame = pd.DataFrame({"max_rank_bytes": [256.0, 4096.0]})
+    expected = plain.predict(frame) * fitted.model.factor(np.array([256.0, 4096.0])) + fitted.model.stall_us
+    assert np.allclose(fitted.model.predict(frame), expected)
+    config = fitted.model.config()
+    assert config["stall_us"] == fitted.model.stall_us
+    config.pop("stall_us")   # a version saved before the stall term loads without one
+    assert type(fitted.model).from_saved(config, Path(".")).stall_us == 0.0
