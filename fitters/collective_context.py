@@ -105,7 +105,8 @@ class InContextCollectiveModel(Model):
 
     def config(self) -> dict[str, Any]:
         return {"collective": self.collective, "world_size": self.world_size, "factor": asdict(self.factor),
-                "stall_us": self.stall_us, "base": {"version": self.base_version, "family": self.base.family, "config": self.base.config()},
+                "stall_us": self.stall_us,
+                "base": {"version": self.base_version, "family": self.base.family, "config": self.base.config()},
                 "fit": self.info,
                 "features": {"inputs": ["max_rank_bytes"], "x": "log2(max_rank_bytes)", "unit": "µs"}}
 
@@ -194,13 +195,14 @@ ROW_COLUMNS = ["trace_set_id", "run_id", "iteration", "index", "collective", "wo
 
 
 def end_lag(ops: list[Op]) -> float:
-    """The spread of the ranks' work end times on one collective (µs): max - min over ranks; 0 without a work
-    interval on every rank."""
+    """The spread of the ranks' work end times on one collective (µs): max - min over ranks; 0 without a finite
+    work interval on every rank."""
     spans = [work_interval(op) for op in ops]
     if any(span is None for span in spans):
         return 0.0
     ends = [span[1] for span in spans]
-    return float(max(ends) - min(ends))
+    lag = float(max(ends) - min(ends))
+    return lag if math.isfinite(lag) else 0.0
 
 
 def trace_sets(store: Store, platform: str, wanted: list[int] | None = None) -> pd.DataFrame:
@@ -279,6 +281,7 @@ def fit_group(rows: pd.DataFrame, base: Model, base_version: str, seed: int = 0)
     rows = rows.reset_index(drop=True)
     positive = rows["traced_us"].to_numpy(dtype=float) > 0
     rows = rows[positive].reset_index(drop=True)
+    rows["target_us"] = rows["traced_us"] + rows["lag_us"]   # what the model is scored on: min-over-ranks work + lag
     if rows.empty:
         raise PmdbError("no collective instance with a positive in-context time")
     split = split_rows(rows["trace_set_id"], seed)
@@ -287,16 +290,14 @@ def fit_group(rows: pd.DataFrame, base: Model, base_version: str, seed: int = 0)
     traced = rows["traced_us"].to_numpy(dtype=float)
     sizes = rows["max_rank_bytes"].to_numpy(dtype=float)
     factor = fit_factor(sizes[split.train], traced[split.train] / plain[split.train])
-    lag = rows["lag_us"].to_numpy(dtype=float)
-    stall = float(np.nanmean(lag[split.train])) if split.train.size else 0.0
-    stall = stall if math.isfinite(stall) else 0.0
-    target = traced + np.nan_to_num(lag)   # what the model is scored on: the min-over-ranks work plus the lag
+    lag, target = rows["lag_us"].to_numpy(dtype=float), rows["target_us"].to_numpy(dtype=float)
+    stall = float(lag[split.train].mean()) if split.train.size else 0.0
     train = rows.iloc[split.train]
     info = {"train_rows": int(split.train.size), "train_sizes": int(train["max_rank_bytes"].nunique()),
             "train_median_ratio": round(float(np.median(traced[split.train] / plain[split.train])), 4),
             "median_raw_over_traced": round(float(np.median(train["raw_us"] / train["traced_us"].clip(lower=1e-9))), 4),
             "compute_subtracted": bool(train["compute_subtracted"].any()),
-            "train_lag_p90_us": round(float(np.nanpercentile(lag[split.train], 90)), 1) if split.train.size else 0.0,
+            "train_lag_p90_us": round(float(np.percentile(lag[split.train], 90)), 1) if split.train.size else 0.0,
             "target": "min over ranks of the collective's communication-stream work, plus the spread of the ranks' "
                       "work end times (the lag)"}
     model = InContextCollectiveModel(str(rows["collective"].iloc[0]), int(rows["world_size"].iloc[0]), base,
@@ -386,7 +387,7 @@ def fit_in_context(store: Store, workspace: Any, platform: str, shares_core: Sha
             split = {"id_column": "trace_set_id", "train_ids": fitted.train_sets, "test_ids": fitted.test_sets,
                      "base": f"{base_name}:{base_version}"}
             test = fitted.rows[fitted.rows["trace_set_id"].isin(fitted.test_sets)]
-            measured = [(part["traced_us"] + part["lag_us"].fillna(0.0)).to_numpy(dtype=float) for part in (test, train)]
+            measured = [part["target_us"].to_numpy(dtype=float) for part in (test, train)]
             predicted = [fitted.model.predict(part[["max_rank_bytes"]]) for part in (test, train)]
             record.histogram = error_histogram(predicted[0], measured[0]) if len(test) else {}
             with tempfile.TemporaryDirectory() as tmp:

@@ -133,7 +133,8 @@ def collective_groups(store: Store, platform: str, collectives: list[str] | None
     per call, and the median picks either mode), else its median (rows written before migration 0012, imports)."""
     frame = store.query(
         "SELECT collective_id, run_id, collective, backend, world_size, split_kind, max_rank_bytes, "
-        "coalesce(lat_mean_us, lat_p50_us) AS lat_us FROM v_collective_measurements WHERE platform = ? AND rank IS NULL ORDER BY collective_id", [platform])
+        "coalesce(lat_mean_us, lat_p50_us) AS lat_us FROM v_collective_measurements "
+        "WHERE platform = ? AND rank IS NULL ORDER BY collective_id", [platform])
     if frame.empty:
         return []
     frame["model_collective"] = frame["collective"].map(lambda c: COLLECTIVE_ALIASES.get(c, c))

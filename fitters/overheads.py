@@ -73,7 +73,8 @@ def t1_samples(ops: pd.DataFrame, top: pd.Series, min_us: float = T1_MIN_US) -> 
         ends = (group["start_us"] + group["dur_us"]).to_numpy()[:-1]
         gaps = group["start_us"].to_numpy()[1:] - ends
         for name, op_id, gap in zip(group["name"].iloc[1:], group["op_id"].iloc[1:], gaps):
-            if (gap > min_us or (min_us <= 0.0 and gap >= 0.0)) and gap < T1_MAX_US:
+            above = gap >= 0.0 if min_us <= 0.0 else gap > min_us
+            if above and gap < T1_MAX_US:
                 rows.append((name, "T1", int(op_id), float(gap)))
     return rows
 

@@ -19,7 +19,8 @@ import recording  # noqa: E402
 from collectors.traces.ingest import RankTraces, ingest_trace_set  # noqa: E402
 from fitters.collective import CollectiveParams, bus_factor, curve  # noqa: E402
 from fitters.collective_context import (  # noqa: E402
-    ContextOptions, Factor, end_lag, fit_group, context_model_name, fit_factor, fit_in_context, rank_work, traced_collectives)
+    ContextOptions, Factor, context_model_name, end_lag, fit_factor, fit_group, fit_in_context, rank_work,
+    traced_collectives)
 from fitters.fit import FitOptions, fit_models  # noqa: E402
 from pmdb import platform as platforms  # noqa: E402
 from pmdb.store import Store  # noqa: E402
