@@ -1,7 +1,9 @@
 #!/bin/bash
 # End-to-end accuracy of model-mode prediction on this machine (issue 7's targets), from nothing:
 # kernel microbenchmarks (one process per op), a world-size-2 collective sweep, 12 DLRM runs (world sizes 1 and 2,
-# three batch sizes) and 6 transformer runs, microbenchmarks of their traced op shapes, fit, overheads, predict
+# three batch sizes) and 6 transformer runs, 3 world-size-2 DLRM calibration runs (random sharding, seed 1: they
+# only train the collectives' in-context term, and their own predictions are in-sample, left out of the error
+# tables), microbenchmarks of their traced op shapes, fit, overheads, the in-context term, predict
 # (cold-cache models, then the warm/cold blend), the error table, the prediction-speed benchmark, and the
 # sharding study (issue 8). Nothing else may run on the machine meanwhile: timings are the subject.
 #
@@ -25,6 +27,10 @@ for bs in 128 256 512; do
     $P collect workload dlrm --preset dlrm_ddp --world-size 2 --batch-size $bs --sharder $sh --iters 30 --warmup 5
   done
 done
+for bs in 128 256 512; do   # calibration of the collectives in context (none of the judged sharders)
+  $P collect workload dlrm --preset dlrm_ddp --world-size 2 --batch-size $bs --sharder random --seed 1 \
+    --trace-iters 5 --iters 30 --warmup 5
+done
 for arch in gpt2 bert xlnet; do
   for bs in 4 8; do
     $P collect workload transformer --arch $arch --layers 2 --hidden 256 --heads 4 --seq-len 64 --batch-size $bs \
@@ -34,6 +40,11 @@ done
 $P collect ops --from-traces --no-progress
 $P fit --all --no-progress
 $P fit overheads
+CALIBRATION=$($P sql --format csv "SELECT t.trace_set_id FROM trace_sets t JOIN collection_runs r USING (run_id)
+  WHERE r.status = 'completed' AND r.kind = 'workload' AND t.world_size = 2 AND t.source = 'captured'
+    AND r.args->>'\$.sharder' = 'random' ORDER BY 1" | tail -n +2 | sed 's/^/--trace-set /' | tr '\n' ' ')
+[ -n "$CALIBRATION" ] || { echo "e2e_accuracy: no calibration trace set was recorded" >&2; exit 1; }
+$P fit comms-context --target step $CALIBRATION
 $P predict --all
 $P predict --all --cache-state blend
 $P errors

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -125,6 +126,11 @@ class Store:
                 store.close()
                 cls.open(workspace, command=command).close()
                 store = cls._connect(workspace, read_only=True, command=command)
+            try:
+                store._install_views(temporary=True)
+            except BaseException:
+                store.close()
+                raise
             store._show_stale_runs()
             return store
         store = cls._connect(workspace, read_only=False, command=command)
@@ -220,12 +226,17 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _install_views(self) -> None:
-        """(Re)create the views shipped in sql/views/, in file-name order."""
+    def _install_views(self, temporary: bool = False) -> None:
+        """(Re)create the views shipped in sql/views/, in file-name order; ``temporary``: as this connection's
+        temporary views (a read-only reader of a store whose stored views an older release wrote sees this
+        release's, which shadow them)."""
         views = sorted((e for e in resources.files("pmdb.sql").joinpath("views").iterdir()
                         if e.name.endswith(".sql")), key=lambda e: e.name)
         for entry in views:
-            self.conn.execute(entry.read_text())
+            text = entry.read_text()
+            if temporary:
+                text = re.sub(r"CREATE\s+OR\s+REPLACE\s+VIEW", "CREATE OR REPLACE TEMP VIEW", text, flags=re.I)
+            self.conn.execute(text)
 
     # ---- queries and writes ------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pd.DataFrame:

@@ -30,7 +30,7 @@ LEFT JOIN workload_runs w ON w.run_id = e.workload_run_id
 LEFT JOIN spread s ON s.run_id = e.workload_run_id
 LEFT JOIN trace_sets t ON t.trace_set_id = e.trace_set_id
 LEFT JOIN workloads k ON k.workload_id = t.workload_id
-WHERE (? IS NULL OR e.mode = ?) AND (? IS NULL OR e.platform = ?)
+WHERE (? IS NULL OR e.mode = ?) AND (? IS NULL OR e.platform = ?) AND NOT e.in_sample
 ORDER BY e.family, e.world_size, e.workload, e.batch_size, e.sharder, e.prediction_id
 """
 SAME_SHAPE = ["platform", "family", "workload", "batch_size", "world_size", "mode", "model_set_id"]  # plans compared
@@ -48,10 +48,10 @@ def label(row: pd.Series) -> str:
 
 
 def latest(store: Store, mode: str | None, platform: str | None) -> pd.DataFrame:
-    """The latest prediction per trace set, mode, model set and target platform with ground truth, with the
-    measured run's spread: ``p10_us``/``p90_us`` of the per-iteration max over ranks (e2e_measurements) and
-    ``spread`` = (p90 - p10) / median as the run stored it; ``label`` names the run (with its target platform when
-    the frame holds several)."""
+    """The latest held-out (not in-sample) prediction per trace set, mode, model set and target platform with
+    ground truth, with the measured run's spread: ``p10_us``/``p90_us`` of the per-iteration max over ranks
+    (e2e_measurements) and ``spread`` = (p90 - p10) / median as the run stored it; ``label`` names the run (with its
+    target platform when the frame holds several)."""
     frame = store.query(_LATEST, [mode, mode, platform, platform])
     several = frame["platform"].nunique() > 1
     frame["label"] = [label(r) + (f" @{r['platform']}" if several else "") for _, r in frame.iterrows()]

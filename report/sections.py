@@ -92,7 +92,9 @@ def _fit_skips(store: Store, platform: str | None) -> list[str]:
 def collectives_section(store: Store, out: Path, platform: str | None) -> Section:
     points = _on(named(store, "comm_curves"), platform)
     models = _on(named(store, "report_models"), platform)
-    models = models[models["world_size"].notna()].reset_index(drop=True)
+    models = models[models["world_size"].notna()]
+    in_context = models[models["family"] == "in_context"]
+    models = models[models["family"] != "in_context"].reset_index(drop=True)   # curves; the in-context scale below
     section = Section("collectives", "Collectives: fitted curves over their points, held-out errors (Fig. 9)",
                       "Latency per message size (max over ranks of the bytes sent or received; the mean over a sweep's "
                       "iterations, what the models are fitted on, else the median) and the "
@@ -152,6 +154,10 @@ def collectives_section(store: Store, out: Path, platform: str | None) -> Sectio
         section.tables.append(Table("collective models: held-out errors and fitted parameters", frame))
     else:
         section.missing = "measured points only: no fitted collective model yet (`pmdb fit --all`)"
+    for _, row in in_context[in_context["is_champion"].astype(bool)].iterrows():
+        section.notes.append(f"{row['op']} ws{int(row['world_size'])}: predictions price it with the in-context "
+                             f"version {row['name']} v{int(row['version'])} (`pmdb fit comms-context`), a scale of "
+                             f"the curve drawn here")
     return section
 
 

@@ -26,7 +26,8 @@ _LATEST = """
 SELECT e.prediction_id, e.workload_run_id, e.platform, e.family, e.workload, e.world_size, e.batch_size, e.sharder,
        e.predicted_us, e.measured_us, e.baseline_us, e.rel_error, e.baseline_rel_error,
        w.spread, coalesce(w.source, 'measured') AS truth, p.device_kind, p.gpu_name,
-       TRY_CAST(k.config->>'$.seq_len' AS INTEGER) AS seq_len, CAST(k.sharding AS VARCHAR) AS placement
+       TRY_CAST(k.config->>'$.seq_len' AS INTEGER) AS seq_len, CAST(k.sharding AS VARCHAR) AS placement,
+       e.in_sample
 FROM v_prediction_errors e
 JOIN workload_runs w ON w.run_id = e.workload_run_id
 JOIN platforms p ON p.name = e.platform
@@ -95,11 +96,19 @@ def _optional(value) -> float | None:
 
 
 def summarize(store: Store) -> Summary:
-    """The summary of every workload run with a model-mode prediction (its latest one per target platform)."""
+    """The summary of every workload run with a model-mode prediction (its latest one per target platform), but
+    runs whose latest prediction is in-sample (a warning counts them)."""
     frame = store.query(_LATEST)
     out = Summary()
     if frame.empty:
         return out
+    in_sample = frame["in_sample"].astype(bool)
+    if in_sample.any():
+        count = int(in_sample.sum())
+        out.warnings.append(f"{count} run{'s' if count > 1 else ''} left out: priced by an in-context collective "
+                            f"term fitted on {'their' if count > 1 else 'its'} own traces (calibration, "
+                            f"`pmdb fit comms-context`)")
+    frame = frame[~in_sample]
     local = frame[frame["truth"] != "imported"].copy()
     several = local["platform"].nunique() > 1
     for _, row in local.iterrows():

@@ -37,10 +37,12 @@ def _where(filters: dict[str, str | None]) -> tuple[str, list[str]]:
 def e2e_errors(store: Store, by: str | None = None, mode: str | None = None, platform: str | None = None
                ) -> pd.DataFrame:
     """Geomean/min/max |e| (in %) and the baseline's geomean |e| of predictions with ground truth, grouped;
-    ``mode``/``platform`` (target platform) filter when given."""
+    ``mode``/``platform`` (target platform) filter when given. In-sample predictions (``in_sample``: priced by a
+    version trained on the run's own trace set) are left out."""
     keys = _keys(by, E2E_KEYS, E2E_DEFAULT)
     cols = ", ".join(keys)
     where, params = _where({"mode": mode, "platform": platform})
+    where += (" AND " if where else "WHERE ") + "NOT in_sample"
     sql = f"""
         SELECT {cols}, count(*) AS n,
                round(100 * exp(avg(ln(abs_error + {GMAE_EPSILON}))), 2) AS geomean_pct,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import typer
 
@@ -23,11 +24,38 @@ class Step:
     name: str           # unique step label, recorded when the step completes
     args: tuple[str, ...]  # the pmdb command line of the step
     what: str           # one-line description shown while it runs
+    more: Callable[[Store], tuple[str, ...]] | None = None  # arguments only known when it runs (from the store)
 
 
 _TRANSFORMER = ("--layers", "2", "--hidden", "64", "--heads", "4", "--seq-len", "64", "--batch-size", "8",
                 "--iters", "20", "--warmup", "5")
 _DLRM = ("--preset", "dlrm_mixed", "--iters", "20", "--warmup", "5")
+CALIBRATION_SEEDS = (1, 2, 3)   # world-size-2 DLRM runs (random sharding) that only train the in-context term
+CALIBRATION_TRACE_ITERS = "5"
+
+
+def calibration_steps() -> list[Step]:
+    """World-size-2 runs recorded only to learn the collectives' in-context term from: random table sharding
+    (none of the judged runs' sharders), other seeds, more profiled iterations. Their own predictions are in-sample,
+    and the summary leaves them out."""
+    return [Step(f"dlrm-ws2-calibration-{seed}", ("collect", "workload", "dlrm", *_DLRM, "--world-size", "2",
+                                                  "--sharder", "random", "--seed", str(seed), "--trace-iters",
+                                                  CALIBRATION_TRACE_ITERS),
+                 f"DLRM at world size 2, random sharding, seed {seed} (calibration of the collectives in context)")
+            for seed in CALIBRATION_SEEDS]
+
+
+def calibration_trace_sets(store: Store) -> tuple[str, ...]:
+    """``--trace-set ID`` for each trace set the calibration steps recorded (their markers name the runs)."""
+    names = [s.name for s in calibration_steps()]
+    frame = store.query(
+        "SELECT DISTINCT t.trace_set_id FROM collection_runs q, unnest(CAST(q.summary->'$.runs' AS VARCHAR[])) u(r) "
+        "JOIN trace_sets t ON t.run_id = u.r WHERE q.kind = 'quickstart' AND q.status = 'completed' "
+        "AND list_contains(?, q.args->>'$.step') ORDER BY 1", [names])
+    if frame.empty:
+        raise PmdbError("no calibration trace set recorded: run the quickstart's calibration steps first "
+                        "(`pmdb quickstart --list`)")
+    return tuple(arg for ts in frame["trace_set_id"] for arg in ("--trace-set", str(int(ts))))
 GPU_FIT_BUDGET_MINUTES = "0.25"   # the GPU what-if's fit (gbdt, the GEMM tables' champion family): ~20 s
 
 
@@ -66,6 +94,7 @@ def steps(report_dir: str) -> list[Step]:
     for sharder in ("naive", "size_greedy", "lookup_greedy", "size_lookup_greedy"):
         plan.append(Step(f"dlrm-ws2-{sharder}", ("collect", "workload", "dlrm", *_DLRM, "--world-size", "2",
                                                  "--sharder", sharder), f"DLRM at world size 2, {sharder} sharding"))
+    plan += calibration_steps()
     for arch in ("gpt2", "bert", "xlnet"):
         plan.append(Step(f"{arch}-ws1", ("collect", "workload", "transformer", "--arch", arch, *_TRANSFORMER),
                          f"{arch} training at world size 1"))
@@ -75,6 +104,8 @@ def steps(report_dir: str) -> list[Step]:
         Step("fit", ("fit", "--all", "--budget-minutes", "3", "--summary"),
              "fit kernel and collective models (MLflow registry)"),
         Step("overheads", ("fit", "overheads"), "extract CPU overheads from the traces"),
+        Step("comms-context", ("fit", "comms-context", "--target", "step"), "calibrate the collectives' "
+             "in-context factor on the calibration runs' steps", calibration_trace_sets),
         Step("predict", ("predict", "--all"), "predict every workload run from its traces"),
         *gpu_steps(),
         Step("errors", ("errors",), "error statistics from SQL"),
@@ -90,10 +121,18 @@ def _done(home, name: str) -> bool:
             "AND args->>'$.step' = ?", [name]))
 
 
-def _mark_done(home, name: str, seconds: float) -> None:
+def _mark_done(home, name: str, seconds: float, runs: list[str] | None = None) -> None:
+    """Record a completed step, with the collection runs it completed (``runs``)."""
     with Store.open(home) as store:
         with store.run("quickstart", None, {"step": name}) as run:
             run.summary["seconds"] = round(seconds, 1)
+            run.summary["runs"] = list(runs or [])
+
+
+def _completed_runs(home) -> set[str]:
+    with Store.open(home, read_only=True) as store:
+        frame = store.query("SELECT run_id FROM collection_runs WHERE status = 'completed' AND kind <> 'quickstart'")
+    return set(frame["run_id"])
 
 
 def quickstart(ctx: typer.Context,
@@ -108,7 +147,8 @@ def quickstart(ctx: typer.Context,
     plan = steps(str(ws.reports_dir))
     if list_:
         for step in plan:
-            typer.echo(f"{step.name:28s} pmdb {' '.join(step.args)}")
+            more = " --trace-set ID... (known when it runs)" if step.more else ""
+            typer.echo(f"{step.name:28s} pmdb {' '.join(step.args)}{more}")
         return
     unknown = set(only or []) - {s.name for s in plan}
     if unknown:
@@ -121,15 +161,20 @@ def quickstart(ctx: typer.Context,
         if not again and step.name not in ("errors", "report") and _done(ws, step.name):
             typer.echo(f"{header}: done before, reused")
             continue
-        typer.echo(f"{header}\n    pmdb {' '.join(step.args)}")
+        args = step.args
+        if step.more is not None:
+            with Store.open(ws, read_only=True) as store:
+                args = (*args, *step.more(store))
+        typer.echo(f"{header}\n    pmdb {' '.join(args)}")
         t0 = time.monotonic()
-        code = main(["--home", str(ws.home), *step.args])
+        before = _completed_runs(ws)
+        code = main(["--home", str(ws.home), *args])
         if code == 130:
             raise KeyboardInterrupt
         if code != 0:
             raise PmdbError(f"quickstart step {step.name!r} failed (exit {code}); what completed is kept: "
                             f"run `{pmdb_command(ws, 'quickstart')}` again to resume")
-        _mark_done(ws, step.name, time.monotonic() - t0)
+        _mark_done(ws, step.name, time.monotonic() - t0, sorted(_completed_runs(ws) - before))
         typer.echo(f"    done in {time.monotonic() - t0:.0f} s")
     print_summary(ws, f"== quickstart finished in {(time.monotonic() - started) / 60:.1f} min; latest "
                       f"model-mode prediction of each run:")

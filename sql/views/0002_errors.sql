@@ -13,6 +13,10 @@ CREATE OR REPLACE VIEW v_kernel_model_errors AS
 
 -- One row per prediction that has ground truth: the latest prediction of each (trace set, mode, model set,
 -- target platform, overhead version), with its workload's family and shape, its error and its baseline's error.
+-- in_sample: a model version it used was trained on this trace set's own run or on the ground truth it is judged
+-- against (an in-context collective term, `pmdb fit comms-context`, learns from workload traces and, with --target
+-- step, from their measured times); such an error is not a held-out one, and the error tables (v_e2e_errors,
+-- `pmdb errors`, the summary, the report) leave it out.
 CREATE OR REPLACE VIEW v_prediction_errors AS
     SELECT p.prediction_id, p.trace_set_id, p.workload_run_id, p.source_platform, p.target_platform AS platform,
            p.mode, coalesce(p.model_set, '(trace durations)') AS model_set,
@@ -30,7 +34,11 @@ CREATE OR REPLACE VIEW v_prediction_errors AS
            abs(p.predicted_us - p.measured_us) / p.measured_us AS abs_error,
            (p.baseline_us - p.measured_us) / p.measured_us AS baseline_rel_error,
            abs(p.baseline_us - p.measured_us) / p.measured_us AS baseline_abs_error,
-           p.elapsed_s, p.created_at
+           p.elapsed_s, p.created_at,
+           EXISTS (SELECT 1 FROM model_versions m
+                   WHERE m.family = 'in_context'
+                     AND (list_contains(m.data_runs, t.run_id) OR list_contains(m.data_runs, p.workload_run_id))
+                     AND list_contains(string_split(p.model_set, ','), m.name || ':' || m.version)) AS in_sample
     FROM predictions p
     JOIN completed_runs r USING (run_id)
     JOIN trace_sets t USING (trace_set_id)
@@ -55,4 +63,5 @@ CREATE OR REPLACE VIEW v_e2e_errors AS
            avg(rel_error) AS mean_rel_error,
            exp(avg(ln(baseline_abs_error + 4e-4))) AS baseline_geomean_abs_error
     FROM v_prediction_errors
+    WHERE NOT in_sample
     GROUP BY platform, family, world_size, mode, model_set_id;

@@ -195,3 +195,75 @@ def test_the_stall_is_the_training_rows_mean_lag_added_to_every_call(context_sto
     assert config["stall_us"] == fitted.model.stall_us
     config.pop("stall_us")   # a version saved before the stall term loads without one
     assert type(fitted.model).from_saved(config, Path(".")).stall_us == 0.0
+
+
+def test_the_rank_compute_is_kept_unless_asked_to_subtract(context_store):
+    store, platform, _ = context_store
+    shared = lambda world, threads: True   # noqa: E731  (the 2-core rule: no core for the comm threads)
+    kept = traced_collectives(store, platform, shared)
+    subtracted = traced_collectives(store, platform, shared, subtract_compute=True)
+    assert not kept["compute_subtracted"].any() and subtracted["compute_subtracted"].all()
+    assert (kept["traced_us"] == kept["raw_us"]).all()
+    assert (subtracted["traced_us"] <= subtracted["raw_us"]).all()
+
+
+def test_a_prediction_priced_by_a_term_trained_on_its_own_trace_set_is_in_sample(context_store):
+    from simulator.error_stats import e2e_errors
+
+    store, platform, sets = context_store
+    home = store.workspace.home
+    store.close()
+    code, out, err = cli(home, "fit", "comms-context", "--trace-set", sets[0], "--trace-set", sets[1])
+    assert code == 0, err
+    for trace_set in sets:
+        code, _, err = cli(home, "predict", "--trace-set", trace_set)
+        assert code == 0, err
+    with Store.open(store.workspace, read_only=True) as again:
+        trained = set(again.query("SELECT t.trace_set_id FROM model_versions m, unnest(m.data_runs) u(r) "
+                                  "JOIN trace_sets t ON t.run_id = u.r WHERE m.family = 'in_context'")
+                      ["trace_set_id"])
+        assert trained and trained < set(sets)           # one set trained, the other held out
+        flags = again.query("SELECT trace_set_id, in_sample FROM v_prediction_errors WHERE mode = 'model'")
+        assert dict(zip(flags["trace_set_id"], flags["in_sample"])) == {s: s in trained for s in sets}
+        counted = e2e_errors(again, mode="model")["n"].sum()
+        assert counted == len(sets) - len(trained)       # the error tables count the held-out one only
+
+
+def _as_workload_run(store: Store, trace_set: int, measured_us: float) -> str:
+    """Give a stored trace set a workload run measured at ``measured_us`` (its own run id, like `collect workload`)."""
+    run_id = store.scalar("SELECT run_id FROM trace_sets WHERE trace_set_id = ?", [trace_set])
+    platform = store.scalar("SELECT platform FROM trace_sets WHERE trace_set_id = ?", [trace_set])
+    workload = store.insert_one("workloads", {"family": "other", "name": f"gloo{trace_set}", "config": {},
+                                              "config_hash": f"gloo{trace_set}", "batch_size": 1, "world_size": 2},
+                                returning="workload_id")
+    store.insert_one("workload_runs", {"run_id": run_id, "workload_id": workload, "platform": platform,
+                                       "iterations": 5, "warmup": 1, "measured_us": measured_us})
+    return run_id
+
+
+def test_a_step_calibration_solves_one_factor_on_the_training_runs_steps(context_store):
+    from simulator.predict import predict_trace_set
+    from simulator.step_calibration import calibrate
+
+    store, platform, sets = context_store
+    plain = {ts: predict_trace_set(store, ts, models="champion+plain").predicted_us for ts in sets}
+    for ts in sets:   # both runs measured 3x slower than the plain curves make them
+        _as_workload_run(store, ts, 3.0 * plain[ts])
+    results, notes = calibrate(store, store.workspace, platform, sets, seed=0)
+    assert not notes and set(results["collective"]) == {"all_reduce", "all_to_all"}
+    assert results["factor"].nunique() == 1 and results["factor"].iloc[0] > 1.5   # collectives priced k x plain
+    assert (results["n_train"] == 1).all() and (results["n_test"] == 1).all()
+    trained = store.query("SELECT DISTINCT unnest(data_runs) AS r FROM model_versions WHERE family = 'in_context'")
+    train_set = int(store.scalar("SELECT trace_set_id FROM trace_sets WHERE run_id = ?", [trained.at[0, "r"]]))
+    calibrated = predict_trace_set(store, train_set)
+    assert calibrated.predicted_us == pytest.approx(3.0 * plain[train_set], rel=1e-3)   # solved on its step
+    assert results["test_gmae"].iloc[0] < results["plain_gmae"].iloc[0]   # the held-out run: nearer than plain
+    model = load_model_set(store, platform).collective("all_reduce", 2).model
+    assert model.stall_us == 0.0 and model.factor.b == 0.0
+    from report.build import build_report
+
+    build_report(store, store.workspace.home / "report", platform)   # in-context champions: a note, not a curve
+    page = (store.workspace.home / "report" / "index.html").read_text()
+    assert "predictions price it with the in-context version all_reduce.ws2.in_context" in page
+    one_line_error(cli(store.workspace.home, "fit", "comms-context", "--target", "step"), "--trace-set")
+    one_line_error(cli(store.workspace.home, "fit", "comms-context", "--target", "steps"), "--target")

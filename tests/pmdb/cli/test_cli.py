@@ -155,3 +155,34 @@ def test_quickstart_step_failure_keeps_going_later_and_completed_steps_are_reuse
     assert not quickstart._done(Workspace(home), "overheads")
     quickstart._mark_done(Workspace(home), "ops", 1.0)
     assert "done before, reused" in pmdb(home, "quickstart", "--only", "ops").stdout
+
+
+def test_quickstart_learns_the_in_context_term_from_its_calibration_runs_only(tmp_path):
+    from pmdb import platform as platforms
+    from pmdb.cli import quickstart
+    from pmdb.config import Workspace
+    from pmdb.errors import PmdbError
+    from pmdb.store import Store
+
+    home = Workspace(tmp_path / "fresh")
+    listed = pmdb(home.home, "quickstart", "--list").stdout
+    assert "dlrm-ws2-calibration-1" in listed and "--sharder random --seed 1" in listed
+    assert "fit comms-context --target step --trace-set ID..." in listed
+    judged = {s.args[s.args.index("--sharder") + 1] for s in quickstart.steps("r") if "--sharder" in s.args
+              and not s.name.startswith("dlrm-ws2-calibration")}
+    assert "random" not in judged and len(judged) == 4           # the judged runs never use the calibration's sharder
+    runs, sets = [], []
+    with Store.open(home, create=True) as store:
+        with pytest.raises(PmdbError, match="no calibration trace set"):
+            quickstart.calibration_trace_sets(store)
+        platforms.ensure_named(store, "p", device_kind="cpu")
+        for label in ("calibration", "judged"):
+            with store.run("workload", "p", {}) as run:
+                runs.append(run.run_id)
+                sets.append(store.insert_one("trace_sets", {"run_id": run.run_id, "platform": "p", "label": label,
+                                                            "world_size": 2, "source": "captured"},
+                                             returning="trace_set_id"))
+    quickstart._mark_done(home, "dlrm-ws2-calibration-1", 1.0, [runs[0]])
+    quickstart._mark_done(home, "dlrm-ws2-naive", 1.0, [runs[1]])       # a judged run: never learnt from
+    with Store.open(home, read_only=True) as store:
+        assert quickstart.calibration_trace_sets(store) == ("--trace-set", str(sets[0]))

@@ -184,3 +184,22 @@ def test_quickstart_gpu_steps_predict_the_shipped_step(workspace, capsys):
     assert again.count("done before, reused") == len(GPU_STEPS)
     with Store.open(workspace, read_only=True) as store:
         assert store.scalar("SELECT count(*) FROM predictions") == 1
+
+
+def test_a_run_priced_by_a_term_trained_on_its_own_traces_is_left_out_and_counted(small_store):
+    store = small_store
+    naive = store.query("SELECT p.prediction_id, t.run_id FROM predictions p JOIN trace_sets t USING (trace_set_id) "
+                        "JOIN workload_runs w ON w.run_id = p.workload_run_id JOIN workloads k "
+                        "ON k.workload_id = t.workload_id WHERE k.sharder = 'naive' AND k.world_size = 2")
+    prediction, trace_run = int(naive.at[0, "prediction_id"]), str(naive.at[0, "run_id"])
+    with store.run("fit", CPU, {}) as run:
+        store.insert_one("model_versions", {"name": "all_to_all.ws2.in_context~x", "version": 1, "mlflow_run_id": "m",
+                                            "run_id": run.run_id, "platform": CPU, "op": "all_to_all",
+                                            "world_size": 2, "family": "in_context", "data_runs": [trace_run]})
+    store.conn.execute("UPDATE predictions SET model_set = 'all_to_all.ws2.in_context~x:1' WHERE prediction_id = ?",
+                       [prediction])
+    summary = summarize(store)
+    labels = [r.label for r in summary.runs]
+    assert "dlrm_test ws2 naive" not in labels and "dlrm_test ws2 size_greedy" in labels
+    assert {f.name: f.runs for f in summary.families}["dlrm ws2"] == 2
+    assert any(w.startswith("1 run left out: priced by an in-context collective term") for w in summary.warnings)
