@@ -24,12 +24,12 @@ $P collect comms --world-size 2 --ops all_reduce,all_to_all --max-bytes 64MiB --
 for bs in 128 256 512; do
   $P collect workload dlrm --preset dlrm_ddp --world-size 1 --batch-size $bs --iters 30 --warmup 5
   for sh in naive size_greedy lookup_greedy; do
-    $P collect workload dlrm --preset dlrm_ddp --world-size 2 --batch-size $bs --sharder $sh --iters 30 --warmup 5
+    $P collect workload dlrm --preset dlrm_ddp --world-size 2 --batch-size $bs --sharder $sh --iters 100 --warmup 10
   done
 done
 for bs in 128 256 512; do   # calibration of the collectives in context (none of the judged sharders)
   $P collect workload dlrm --preset dlrm_ddp --world-size 2 --batch-size $bs --sharder random --seed 1 \
-    --trace-iters 5 --iters 30 --warmup 5
+    --trace-iters 5 --iters 100 --warmup 10
 done
 for arch in gpt2 bert xlnet; do
   for bs in 4 8; do
