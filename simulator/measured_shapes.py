@@ -11,7 +11,8 @@ as ``pmdb collect ops --from-trace-set`` builds them), and its resume key
 (:func:`collectors.ops.sweep.config_key`: op, pass, implementation, dtype, threads, config) selects completed
 microbenchmark rows (``v_op_measurements``, source 'microbenchmark', not skipped) of the cache state the model
 would have used. Several rows of one key give the median of their medians (µs). Embedding lookups carry
-non-numeric settings (index sources) their params do not hold: they are always priced by their models.
+settings their traced params do not hold (table sizes, pooling, index sources): they are matched by their rank's
+stored tables instead (:meth:`ShapeMedians.embedding_time`, the config ``collect ops --from-traces`` measures).
 
 What was available is recorded with every prediction: the highest measurement id of the platform at prediction
 time (``predictions.measurements_upto``) and how many ops a measurement priced (``predictions.measured_ops``)."""
@@ -29,7 +30,8 @@ from pmdb.store import Store
 MEASURED, MODELS = "measured", "models"
 KERNEL_CHOICES = (MEASURED, MODELS)
 DTYPE = "float32"
-NEVER = ("embedding_lookup",)  # their configs hold index sources the traced params do not
+NEVER = ("embedding_lookup",)  # matched by their tables (embedding_time), never by their traced params
+EMBEDDING_OPTIMIZER = "exact_sgd"  # what `collect ops --from-traces` measures lookups' backward with by default
 
 
 def check_kernels(kernels: str) -> None:
@@ -59,7 +61,7 @@ class ShapeMedians:
         frame = store.query(
             "SELECT config_key, cache_state, median(median_us) AS us FROM v_op_measurements "
             "WHERE platform = ? AND source = 'microbenchmark' AND skipped IS NULL AND median_us > 0 "
-            "AND op <> 'embedding_lookup' GROUP BY config_key, cache_state", [platform])
+            "GROUP BY config_key, cache_state", [platform])
         medians = {(k, s): float(us) for k, s, us in zip(frame["config_key"], frame["cache_state"], frame["us"])}
         return cls(medians, latest_measurement(store, platform))
 
@@ -80,6 +82,35 @@ class ShapeMedians:
         except (PmdbError, ValueError, TypeError, KeyError):
             return None
         return config_key(op, pass_, impl, DTYPE, int(threads), config)
+
+    def embedding_time(self, pass_: str, implementation: str | None, tables: list[dict[str, Any]],
+                       threads: int | None, cache_state: str, optimizer: str = EMBEDDING_OPTIMIZER) -> float | None:
+        """Measured median µs of one embedding lookup over exactly these tables ({E, D, B, L, source} each, as
+        :meth:`simulator.embedding_stats.EmbeddingStats.lookup` gives them) in ``cache_state``; None when not
+        measured."""
+        if threads is None or not self.medians or not tables:
+            return None
+        memo = ("embedding_lookup", pass_, implementation, repr(tables), int(threads), optimizer)
+        if memo not in self._keys:
+            self._keys[memo] = self._embedding_key(pass_, implementation, tables, int(threads), optimizer)
+        key = self._keys[memo]
+        return None if key is None else self.medians.get((key, cache_state))
+
+    def _embedding_key(self, pass_: str, implementation: str | None, tables: list[dict[str, Any]], threads: int,
+                       optimizer: str) -> str | None:
+        from collectors.ops.from_traces import embedding_config
+
+        if self._specs is None:
+            self._specs = catalogue.load()
+        spec = self._specs.get("embedding_lookup")
+        if spec is None or pass_ not in spec.passes:
+            return None
+        impl = implementation if implementation in spec.implementations else spec.implementations[0]
+        try:
+            config = embedding_config(spec, tables, optimizer)
+        except (PmdbError, ValueError, TypeError, KeyError):
+            return None
+        return config_key("embedding_lookup", pass_, impl, DTYPE, threads, config)
 
     def time(self, op: str, pass_: str, implementation: str | None, params: dict[str, Any], threads: int | None,
              cache_state: str) -> float | None:

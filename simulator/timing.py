@@ -54,6 +54,7 @@ class _Row:
     mapped: Mapped
     extra: dict[str, Any] = field(default_factory=dict)
     implementation: str | None = None
+    tables: list[dict[str, Any]] | None = None   # an embedding lookup's tables as microbenchmarked (E, D, B, L, source)
 
 
 @dataclass
@@ -115,12 +116,16 @@ class ModelTiming:
     def _collect(self, node: Op, rank: int, rows: list[_Row]) -> None:
         """Map a node; when no whole-op model covers it on a CPU, descend into its children."""
         mapped = map_op(node)
-        if isinstance(mapped, Mapped) and (self.models.kernel(mapped.op, mapped.pass_) is not None
-                                           or self._was_measured(node, mapped)):
-            extra = self.embedding.for_op(rank, node, mapped) if mapped.op == "embedding_lookup" else {}
-            if extra is not None:
-                rows.append(_Row(node, mapped, extra, implementation(node, mapped)))
+        if isinstance(mapped, Mapped) and mapped.op == "embedding_lookup":
+            extra, tables = self.embedding.lookup(rank, node, mapped)
+            if extra is not None and (self.models.kernel(mapped.op, mapped.pass_) is not None
+                                      or self._tables_measured(node, mapped, tables)):
+                rows.append(_Row(node, mapped, extra, implementation(node, mapped), tables))
                 return
+        elif isinstance(mapped, Mapped) and (self.models.kernel(mapped.op, mapped.pass_) is not None
+                                             or self._was_measured(node, mapped)):
+            rows.append(_Row(node, mapped, {}, implementation(node, mapped)))
+            return
         if self.sync_host and node.sub:
             for child in node.sub:
                 self._collect(child, rank, rows)
@@ -188,6 +193,13 @@ class ModelTiming:
         return self.measured.time(mapped.op, mapped.pass_, implementation(node, mapped), mapped.params,
                                   self.threads, self.default_state) is not None
 
+    def _tables_measured(self, node: Op, mapped: Mapped, tables: list[dict[str, Any]] | None) -> bool:
+        """Whether an embedding lookup over exactly these tables was measured (priced then without a model)."""
+        if self.measured is None or self.threads is None or not tables:
+            return False
+        return self.measured.embedding_time(mapped.pass_, implementation(node, mapped), tables, self.threads,
+                                            self.default_state) is not None
+
     def _exact(self, group: list[_Row], states: list[str], shares: np.ndarray | None) -> list[float | None]:
         """Per row, its measured time when its exact shape was microbenchmarked in every cache state the model
         would use (``states``: one, or cold and warm combined as the models are), else None; a measured row is
@@ -196,8 +208,12 @@ class ModelTiming:
             return [None] * len(group)
         out: list[float | None] = []
         for i, r in enumerate(group):
-            times = [self.measured.time(r.mapped.op, r.mapped.pass_, r.implementation, r.mapped.params,
-                                        self.threads, state) for state in states]
+            if r.mapped.op == "embedding_lookup":
+                times = [self.measured.embedding_time(r.mapped.pass_, r.implementation, r.tables or [], self.threads,
+                                                      state) for state in states]
+            else:
+                times = [self.measured.time(r.mapped.op, r.mapped.pass_, r.implementation, r.mapped.params,
+                                            self.threads, state) for state in states]
             if any(t is None for t in times):
                 out.append(None)
                 continue

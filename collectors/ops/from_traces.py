@@ -102,11 +102,18 @@ def _leaves(node: Op, specs: dict[str, OpSpec]) -> Iterator[tuple[Op, Mapped | N
 
 def stored_tables(store: Store, trace_set_id: int) -> dict[int, list[dict[str, Any]]]:
     """rank -> its tables {E, D, B, L, source} from the workload's stored batch statistics (empty if none)."""
+    workload = store.scalar("SELECT workload_id FROM trace_sets WHERE trace_set_id = ?", [trace_set_id])
+    return {} if workload is None else workload_tables(store, int(workload))
+
+
+def workload_tables(store: Store, workload_id: int) -> dict[int, list[dict[str, Any]]]:
+    """rank -> its tables {table, E, D, B, L, source} of a workload (its stored batch statistics; L the mean
+    pooling over the stored iterations, rounded as the microbenchmark config takes it)."""
     frame = store.query(
         "SELECT b.rank, b.table_index, any_value(b.batch_size) AS B, any_value(b.num_rows) AS E, "
         "any_value(b.dim) AS D, avg(b.pooling_mean) AS L, any_value(b.index_source) AS source "
-        "FROM v_embedding_batch_stats b JOIN trace_sets s USING (workload_id) WHERE s.trace_set_id = ? "
-        "AND b.rank IS NOT NULL GROUP BY b.rank, b.table_index ORDER BY b.rank, b.table_index", [trace_set_id])
+        "FROM v_embedding_batch_stats b WHERE b.workload_id = ? "
+        "AND b.rank IS NOT NULL GROUP BY b.rank, b.table_index ORDER BY b.rank, b.table_index", [workload_id])
     out: dict[int, list[dict[str, Any]]] = {}
     for row in frame.itertuples(index=False):
         out.setdefault(int(row.rank), []).append({"table": int(row.table_index), "E": int(row.E), "D": int(row.D),
@@ -115,7 +122,9 @@ def stored_tables(store: Store, trace_set_id: int) -> dict[int, list[dict[str, A
     return out
 
 
-def _embedding_config(spec: OpSpec, tables: list[dict[str, Any]], optimizer: str) -> dict[str, Any]:
+def embedding_config(spec: OpSpec, tables: list[dict[str, Any]], optimizer: str) -> dict[str, Any]:
+    """The microbenchmark config of one lookup over ``tables`` ({E, D, B, L, source} each), as
+    ``collect ops --from-traces`` measures it."""
     from collectors.embedding.indices import make_source
 
     sources = []
@@ -182,7 +191,7 @@ class _Collector:
         impl = traced_implementation(node, mapped)
         groups = [tables] if impl == "fbgemm_tbe" else [[t] for t in tables]
         for group in groups:
-            self.add(mapped.op, mapped.pass_, _embedding_config(spec, group, self.optimizer), (impl,))
+            self.add(mapped.op, mapped.pass_, embedding_config(spec, group, self.optimizer), (impl,))
 
     def result(self) -> TracedShapes:
         for (op, impls, key), passes in self._passes.items():

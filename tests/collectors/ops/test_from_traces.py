@@ -113,3 +113,49 @@ def test_cli_errors_are_one_line(traced_copy, capsys):
     assert "--sweep does not apply" in capsys.readouterr().err
     assert main([*home, "--from-traces", "--op", "bmm", "--config", '{"B":1,"M":2,"N":2,"K":2}']) == 2
     assert "exclude each other" in capsys.readouterr().err
+
+
+def test_a_lookup_whose_tables_were_measured_is_priced_by_the_measurement(traced_copy):
+    """The simulator side (simulator/measured_shapes.py): the rank's stored tables key the same config that
+    `collect ops --from-traces` measured, so the traced FBGEMM lookup is priced by its stored median."""
+    from pmdb.traces.from_store import load_graphs
+    from pmdb.traces.opmap import Mapped, map_op
+    from simulator.embedding_stats import EmbeddingStats
+    from simulator.measured_shapes import ShapeMedians
+    from simulator.model_set import ModelSelection, ModelSet, Overheads
+    from simulator.timing import ModelTiming
+
+    ws, run_id = traced_copy
+    assert main(["--home", str(ws.home), "collect", "ops", "--from-run", run_id, "--no-progress", "--no-peaks",
+                 "--cache", "cold", "--op", "embedding_lookup"]) == 0
+    with Store.open(ws) as store:
+        platform = platforms.resolve(store, None)
+        ts, workload = store.query("SELECT trace_set_id, workload_id FROM trace_sets WHERE run_id = ?",
+                                   [run_id]).iloc[0]
+        stored = store.query("SELECT pass, median_us FROM op_measurements WHERE op = 'embedding_lookup' "
+                             "AND cache_state = 'cold' AND skipped IS NULL")
+        measured = ShapeMedians.load(store, platform)
+        graph = load_graphs(store, int(ts), pick="best", detail=True)[0]
+        stats = EmbeddingStats.from_store(store, int(workload))
+        assert all("source" in t and "L" in t for t in stats.per_rank[0])   # zipf:1.05 and uniform, as stored
+        timing = ModelTiming(ModelSet(selection=ModelSelection("t", "default", "0")), Overheads(), "sync_host",
+                             stats, measured=measured, threads=1)
+        timing.programs(graph)
+        def walk(op):
+            yield op
+            for child in op.sub:
+                yield from walk(child)
+
+        lookups = [(op, map_op(op)) for rank in graph.ranks for top in rank.ops for op in walk(top)
+                   if id(op) in timing.priced_by and isinstance(map_op(op), Mapped)
+                   and map_op(op).op == "embedding_lookup"]
+        assert {m.pass_ for _, m in lookups} == {"fwd", "bwd"}
+        for op, mapped in lookups:
+            assert timing.priced_by[id(op)] == "measured"
+            expected = stored.loc[stored["pass"] == mapped.pass_, "median_us"].median()
+            assert timing._time[id(op)] == pytest.approx(expected)
+        unknown = ModelTiming(ModelSet(selection=ModelSelection("t", "default", "0")), Overheads(), "sync_host",
+                              EmbeddingStats(), measured=measured, threads=1)   # no stored tables: not matched
+        unknown.programs(graph)
+        assert not any(unknown.priced_by.get(id(op)) == "measured" for rank in graph.ranks for top in rank.ops
+                       for op in walk(top) if isinstance(map_op(op), Mapped) and map_op(op).op == "embedding_lookup")
