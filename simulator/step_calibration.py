@@ -148,8 +148,8 @@ def calibrate(store: Store, workspace: Any, platform: str, trace_sets: list[int]
                 scores["plain_gmae"] = metrics.gmae(simulate_at(session, plain, 1.0, test), measured)
             else:
                 notes.append(f"ws{world_size}: one calibration run, nothing held out (no test error)")
-            train_error = float(np.exp(np.mean(np.abs(np.log(
-                simulate_at(session, plain, k, train) / np.array([c.measured_us for c in train]))))) - 1)
+            train_error = metrics.gmae(simulate_at(session, plain, k, train),
+                                       np.array([c.measured_us for c in train]))   # as test_gmae
             info = {"target": "step: the geomean of predicted / measured (unprofiled median) over the training "
                               "runs is 1",
                     "train_sets": [c.trace_set_id for c in train], "test_sets": [c.trace_set_id for c in test],

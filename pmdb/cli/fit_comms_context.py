@@ -37,6 +37,9 @@ def comms_context(ctx: typer.Context,
     if target not in ("call", "step"):
         raise PmdbError(f"bad --target {target!r}: use call or step")
     if target == "step":
+        if collective or subtract_compute:
+            raise PmdbError("--target step prices every collective with one factor on the plain curves: "
+                            "--collective and --subtract-compute belong to --target call")
         _step(ctx, list(trace_set or []), platform, seed)
         return
     options = ContextOptions(list(collective) if collective else None, list(trace_set) if trace_set else None, seed,

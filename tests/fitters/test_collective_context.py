@@ -267,3 +267,5 @@ def test_a_step_calibration_solves_one_factor_on_the_training_runs_steps(context
     assert "predictions price it with the in-context version all_reduce.ws2.in_context" in page
     one_line_error(cli(store.workspace.home, "fit", "comms-context", "--target", "step"), "--trace-set")
     one_line_error(cli(store.workspace.home, "fit", "comms-context", "--target", "steps"), "--target")
+    one_line_error(cli(store.workspace.home, "fit", "comms-context", "--target", "step", "--trace-set", sets[0],
+                       "--subtract-compute"), "belong to --target call")
