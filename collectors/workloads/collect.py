@@ -1,7 +1,10 @@
 """``pmdb collect workload``: resolve the shape, run it on N ranks, store the ground truth and hand the traces over.
 
-Nothing is written for a failed run except its failed ``collection_runs`` row: the workload row, the ground truth and
-the traces are stored only after every rank finished. Rank logs and raw traces live in ``artifacts/tmp/<run_id>``
+With ``repeats`` > 1 the ground truth is measured in that many launches of fresh rank processes, one after the other
+(the first also records the traces): one process's heap and page placement can move a step by ~10% on this kind of
+machine, so the stored time is the median of the launches' medians. Nothing is written for a failed run except its
+failed ``collection_runs`` row: the workload row, the ground truth and the traces are stored only after every rank
+of every launch finished. Rank logs and raw traces live in ``artifacts/tmp/<run_id>``
 while the run lasts (kept when it fails, named in the error).
 """
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,7 @@ class WorkloadRequest:
     trace_iters: int = 3
     device: str = "cpu"
     timeout_s: float | None = None
+    repeats: int = 1
 
     @property
     def name(self) -> str:
@@ -60,21 +64,26 @@ def collect_workload(store: Store, platform: str, request: WorkloadRequest, args
         job = WorkloadJob(request.family, request.config, request.batch_size, request.world_size, request.seed,
                           request.iters, request.warmup, request.threads, request.plan, request.trace_iters,
                           str(work), request.device)
-        try:
-            results = launch(run_rank, request.world_size, job, start_env=env,
-                             rank_env={"OMP_NUM_THREADS": str(request.threads)}, log_dir=work,
-                             timeout_s=request.timeout_s, progress=(request.name, job.total_steps))
-        except RankFailed as exc:
-            raise RankFailed(exc.rank, f"{exc.message} (rank logs: {work})", exc.details,
-                             user_mistake=exc.user_mistake) from None
-        run.summary = _store(store, run.run_id, platform, request, results,
-                             allocator_record(results[0]["allocator_env"]))
+        launches = []
+        for k in range(request.repeats):
+            this = job if k == 0 else replace(job, trace_iters=0)
+            label = request.name if request.repeats == 1 else f"{request.name} {k + 1}/{request.repeats}"
+            try:
+                launches.append(launch(run_rank, request.world_size, this, start_env=env,
+                                       rank_env={"OMP_NUM_THREADS": str(request.threads)}, log_dir=work,
+                                       timeout_s=request.timeout_s, progress=(label, this.total_steps)))
+            except RankFailed as exc:
+                raise RankFailed(exc.rank, f"{exc.message} (rank logs: {work})", exc.details,
+                                 user_mistake=exc.user_mistake) from None
+        run.summary = _store(store, run.run_id, platform, request, launches,
+                             allocator_record(launches[0][0]["allocator_env"]))
         shutil.rmtree(work, ignore_errors=True)
     return run.summary
 
 
-def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest, results: list[dict[str, Any]],
-           allocator: dict[str, Any]) -> dict[str, Any]:
+def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest,
+           launches: list[list[dict[str, Any]]], allocator: dict[str, Any]) -> dict[str, Any]:
+    results = launches[0]
     workload_id = ensure_workload(store, family=request.family, name=request.name,
                                   config=request.config.to_json(), batch_size=request.batch_size,
                                   world_size=request.world_size, sharder=request.sharder, plan=request.plan,
@@ -83,7 +92,7 @@ def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest, r
     summary: dict[str, Any] = {"workload_id": workload_id, **write_ground_truth(
         store, run_id=run_id, workload_id=workload_id, platform=platform, iterations=request.iters,
         warmup=request.warmup, threads=results[0]["threads"], allocator=allocator, results=results,
-        optimizer=optimizer)}
+        optimizer=optimizer, repeats=launches[1:])}
     summary["wall_s"] = {f"rank{r['rank']}": {k: round(v, 3) for k, v in r["wall_s"].items()} for r in results}
     summary["info"] = results[0]["info"]
     if request.trace_iters:

@@ -74,7 +74,7 @@ def place_tables(config: DlrmConfig, world_size: int, batch_size: int, sharder: 
 
 
 def _common(opts: dict[str, Any], world_size: int) -> dict[str, Any]:
-    for key in ("iters", "world_size"):
+    for key in ("iters", "world_size", "repeats"):
         if opts.get(key) is not None and opts[key] < 1:
             raise PmdbError(f"--{key.replace('_', '-')} must be >= 1")
     for key in ("warmup", "trace_iters"):
@@ -85,7 +85,8 @@ def _common(opts: dict[str, Any], world_size: int) -> dict[str, Any]:
     trace_iters = 0 if opts.get("no_trace") else min(opts.get("trace_iters", 3), opts.get("iters", 30))
     return {"iters": opts.get("iters", 30), "warmup": opts.get("warmup", 5), "seed": opts.get("seed", 0),
             "threads": opts.get("threads") or default_threads(), "trace_iters": trace_iters,
-            "timeout_s": opts.get("timeout_s"), "device": device_for(world_size)}
+            "timeout_s": opts.get("timeout_s"), "device": device_for(world_size),
+            "repeats": opts.get("repeats") or 1}
 
 
 def device_for(world_size: int) -> str:
@@ -179,7 +180,7 @@ def transformer_request(opts: dict[str, Any]) -> WorkloadRequest:
 
 # what a shape-only capture does not take: it runs nothing (no timing, no ranks, no values)
 GRAPH_REFUSED = ("preset", "task", "sharder", "sharding", "index_source", "embedding", "mlp_preset", "iters", "warmup",
-                 "threads", "seed", "no_trace", "trace_iters", "layers", "hidden", "heads", "timeout_s")
+                 "threads", "seed", "no_trace", "trace_iters", "layers", "hidden", "heads", "timeout_s", "repeats")
 
 
 def graph_request(opts: dict[str, Any], given: set[str] | frozenset[str] = frozenset()) -> "GraphRequest":

@@ -7,6 +7,8 @@ import hashlib
 import json
 from typing import Any, Sequence
 
+import numpy as np
+
 from collectors.workloads.ground_truth import summarise
 from pmdb.store import Store
 
@@ -34,16 +36,32 @@ def ensure_workload(store: Store, *, family: str, name: str, config: dict[str, A
 
 def write_ground_truth(store: Store, *, run_id: str, workload_id: int, platform: str, iterations: int, warmup: int,
                        threads: int, allocator: dict[str, Any], results: Sequence[dict[str, Any]],
-                       optimizer: str | None = None) -> dict[str, float]:
+                       optimizer: str | None = None,
+                       repeats: Sequence[Sequence[dict[str, Any]]] = ()) -> dict[str, Any]:
     """workload_runs + e2e_measurements (+ embedding_batch_stats for DLRM, optimizer_state_stats when the optimizer
-    keeps state) of one run; returns the summary."""
-    summary = summarise([r["times_us"] for r in results])
+    keeps state) of one run; returns the summary.
+
+    ``results``: the per-rank results of the (first) launch; ``repeats``: those of further launches of the same
+    workload (ground truth only). With repeats, ``measured_us`` is the median over launches of each launch's
+    median, ``spread`` is taken over the iterations of every launch, and launch k's iterations are stored as
+    k * ``iterations`` + i."""
+    launches = [results, *repeats]
+    per_launch = [summarise([r["times_us"] for r in launch]) for launch in launches]
+    pooled = [[t for launch in launches for t in launch[rank]["times_us"]] for rank in range(len(results))]
+    summary: dict[str, Any] = summarise(pooled)
+    if repeats:
+        medians = [s["measured_us"] for s in per_launch]
+        summary["measured_us"] = float(np.median(medians))
+        summary["launch_medians_us"] = [round(m, 1) for m in medians]
+        summary["launch_spread"] = (max(medians) - min(medians)) / summary["measured_us"]
     store.insert_one("workload_runs", {
         "run_id": run_id, "workload_id": workload_id, "platform": platform, "iterations": iterations,
         "warmup": warmup, "threads": threads, "allocator": allocator, "measured_us": summary["measured_us"],
         "spread": summary["spread"]})
-    store.insert("e2e_measurements", [{"run_id": run_id, "iteration": i, "rank": r["rank"], "time_us": t}
-                                      for r in results for i, t in enumerate(r["times_us"])])
+    store.insert("e2e_measurements", [{"run_id": run_id, "iteration": k * iterations + i, "rank": r["rank"],
+                                       "time_us": t}
+                                      for k, launch in enumerate(launches) for r in launch
+                                      for i, t in enumerate(r["times_us"])])
     stats = [dict(row, run_id=run_id, workload_id=workload_id, optimizer=optimizer)
              for r in results for row in r.get("stats", [])]
     store.insert("embedding_batch_stats", stats)

@@ -28,6 +28,8 @@ def workload(
     sharding: Optional[Path] = typer.Option(None, help="DLRM: explicit plan, a JSON list of ranks (one per table)."),
     iters: int = typer.Option(30, help="Timed iterations of the ground truth."),
     warmup: int = typer.Option(5, help="Untimed warm-up iterations before them."),
+    repeats: int = typer.Option(1, help="Measure the ground truth in this many launches of fresh rank processes "
+                                        "(the first also traces); the stored time is the median of their medians."),
     threads: Optional[int] = typer.Option(None, help="Intra-op threads per rank (default 1, like the kernel "
                                                   "microbenchmarks: a rank's CPU device is one core)."),
     platform: Optional[str] = PlatformOption,
@@ -77,10 +79,14 @@ def workload(
         args = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}
         typer.echo(f"{request.family} {request.name}: batch {request.batch_size}, {request.world_size} rank(s) x "
                    f"{request.threads} thread(s), {request.warmup}+{request.iters} iterations"
+                   + (f" x {request.repeats} launches" if request.repeats > 1 else "")
                    + (f", sharder {request.sharder} plan {list(request.plan)}" if request.plan else ""), err=True)
         summary = collect_workload(store, name, request, args)
     rows = [("workload_id", summary["workload_id"]), ("measured_us", f"{summary['measured_us']:.1f}"),
             ("spread", f"{summary['spread']:.4f}"), ("trace_set_id", summary.get("trace_set_id", "none (--no-trace)"))]
+    if "launch_medians_us" in summary:
+        rows[2:2] = [("launch_medians_us", " ".join(f"{m:.1f}" for m in summary["launch_medians_us"])),
+                     ("launch_spread", f"{summary['launch_spread']:.4f}")]
     rows += [(f"{rank} {kind} bytes", size) for rank, kinds in summary.get("trace_bytes", {}).items()
              for kind, size in kinds.items()]
     render(pd.DataFrame([(k, str(v)) for k, v in rows], columns=["field", "value"]))

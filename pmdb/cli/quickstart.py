@@ -27,10 +27,16 @@ class Step:
     more: Callable[[Store], tuple[str, ...]] | None = None  # arguments only known when it runs (from the store)
 
 
+# Ground truth in 5 launches of fresh processes (median of their medians): back to back, one configuration's
+# launch medians spread 5-11% at world size 1 and ~20% at world size 2 on this 2-core host.
+TRUTH_REPEATS = "5"
 _TRANSFORMER = ("--layers", "2", "--hidden", "64", "--heads", "4", "--seq-len", "64", "--batch-size", "8",
-                "--iters", "20", "--warmup", "5")
+                "--iters", "20", "--warmup", "5", "--repeats", TRUTH_REPEATS)
 # world-size-2 steps spread 70-145% over iterations on a 2-core host: a median of 20 moves by ~10%, of 100 by ~5%
-_DLRM = ("--preset", "dlrm_mixed", "--iters", "100", "--warmup", "10")
+_DLRM = ("--preset", "dlrm_mixed", "--iters", "100", "--warmup", "10", "--repeats", TRUTH_REPEATS)
+# the traced shapes measured in this many processes (the prices are medians over them): between two processes the
+# cold time of one shape moves by ~20% (median over shapes), as much as the errors the quickstart reports
+SHAPE_ROUNDS = 3
 CALIBRATION_SEEDS = (1, 2, 3)   # world-size-2 DLRM runs (random sharding) that only train the in-context term
 CALIBRATION_TRACE_ITERS = "5"
 
@@ -102,6 +108,9 @@ def steps(report_dir: str) -> list[Step]:
     plan += [
         Step("ops-from-traces", ("collect", "ops", "--from-traces"),
              "kernel microbenchmarks of the op shapes the recorded workloads contain (shapes only, no timings)"),
+        *[Step(f"ops-from-traces-{k}", ("collect", "ops", "--from-traces", "--force"),
+               f"the same shapes measured again in a fresh process ({k} of {SHAPE_ROUNDS}: prices are medians)")
+          for k in range(2, SHAPE_ROUNDS + 1)],
         Step("fit", ("fit", "--all", "--budget-minutes", "3", "--summary"),
              "fit kernel and collective models (MLflow registry)"),
         Step("overheads", ("fit", "overheads"), "extract CPU overheads from the traces"),

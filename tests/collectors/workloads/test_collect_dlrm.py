@@ -110,3 +110,28 @@ def test_a_stored_task_runs_with_its_world_size(store, local_platform):
                         "AND iteration = 0 ORDER BY table_index", [run_id])
     assert stats["num_rows"].tolist() == [t["num_rows"] for t in row["tables"]]
     assert set(stats["index_source"]) == {"zipf:1.05"}
+
+
+def test_repeats_launch_fresh_processes_and_store_the_median_of_their_medians(store, local_platform, tiny_dlrm):
+    request, summary, run_id = run(store, local_platform, config=tiny_dlrm, world_size=2, iters=3, warmup=1,
+                                   repeats=3, trace_iters=2)
+    e2e = store.query("SELECT rank, iteration, time_us FROM v_e2e_measurements WHERE run_id = ?", [run_id])
+    assert len(e2e) == 3 * 3 * 2 and sorted(set(e2e["iteration"])) == list(range(9))
+    worst = e2e.groupby("iteration")["time_us"].max()
+    medians = [float(np.median(worst[k * 3:(k + 1) * 3])) for k in range(3)]
+    assert summary["launch_medians_us"] == pytest.approx([round(m, 1) for m in medians], abs=0.06)
+    stored = store.scalar("SELECT measured_us FROM v_workload_runs WHERE run_id = ?", [run_id])
+    assert stored == pytest.approx(float(np.median(medians)))
+    assert summary["launch_spread"] == pytest.approx((max(medians) - min(medians)) / stored)
+    # the traces and the per-batch statistics come from the first launch only
+    traced = store.query("SELECT t.rank, t.kind FROM v_traces t JOIN trace_sets s USING (trace_set_id) "
+                         "WHERE s.run_id = ?", [run_id])
+    assert len(traced) == 4
+    assert store.scalar("SELECT count(*) FROM v_embedding_batch_stats WHERE run_id = ?", [run_id]) == 3 * 5
+
+
+def test_repeats_below_one_is_refused_before_a_run(store, local_platform, tiny_dlrm):
+    from pmdb.errors import PmdbError
+
+    with pytest.raises(PmdbError, match="--repeats must be >= 1"):
+        dlrm_request(store, {"config": tiny_dlrm, "repeats": 0})
