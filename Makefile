@@ -19,7 +19,7 @@ demo: $(STAMP)
 	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/pmdb quickstart
 
 test: $(STAMP)
-	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/python -m pytest -q --durations=15
+	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/python -m pytest -q -n 2 --durations=15
 
 clean:
 	rm -rf $(VENV) pmdb-workspace
