@@ -4,8 +4,10 @@ them for real (ground truth, no profiler) and compare. Nothing else may run on t
 
 From an empty workspace, every step an ordinary pmdb command (printed as it runs):
 
-1. kernel microbenchmarks (`collect ops --sweep quick`, then the shapes of the recorded traces, `--from-traces`),
-   a world-size-2 gloo sweep of all_reduce and all_to_all, the platform's peaks; `fit --all`; `fit overheads`;
+1. kernel microbenchmarks (`collect ops --sweep quick`, then the shapes of the recorded traces, `--from-traces`, in
+   three processes), a world-size-2 gloo sweep of all_reduce and all_to_all, the platform's peaks; `fit --all`;
+   `fit overheads`; `fit comms-context --target step` on two world-size-2 DLRM calibration runs (random sharding,
+   which no configuration below uses; seeds 1, 2), as `pmdb quickstart` and `e2e_accuracy.sh` do;
 2. the recorded configurations, traced: a tiny GPT-2 (2 layers, hidden 256, 4 heads, sequence 48) at batch 6 on one
    rank; the dlrm_ddp DLRM at batch 192 on one rank, and on two ranks with the naive plan (batches chosen so that no
    layer width equals the batch: the derivation is then exact, see simulator/whatif.py);
@@ -44,6 +46,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 PMDB = [sys.executable, "-m", "pmdb"]
 GPT2 = ["transformer", "--arch", "gpt2", "--layers", "2", "--hidden", "256", "--heads", "4", "--seq-len", "48"]
 DLRM = ["dlrm", "--preset", "dlrm_ddp"]
+CALIBRATION_SEEDS = (1, 2)   # world-size-2 DLRM runs, random sharding (no judged plan): the collectives' step factor
+SHAPE_ROUNDS = 3             # processes the traced op shapes are measured in (`collect ops --from-traces`)
 
 
 @dataclass(frozen=True)
@@ -136,13 +140,21 @@ def main(argv: list[str] | None = None) -> int:
             pmdb(home, "collect", "workload", *config.run, "--trace-iters", "3", log=log)
             recorded[config.name] = int(sql(home, "SELECT max(trace_set_id) AS id FROM v_trace_sets "
                                                   "WHERE source = 'captured'", log)[0]["id"])
+    calibration = []                           # world-size-2 runs that only calibrate the collectives in context
+    for seed in CALIBRATION_SEEDS:
+        pmdb(home, "collect", "workload", *DLRM, "--batch-size", "192", "--world-size", "2", "--sharder", "random",
+             "--seed", str(seed), "--trace-iters", "5", "--iters", "100", "--warmup", "10", "--repeats", "3", log=log)
+        calibration += ["--trace-set", str(sql(home, "SELECT max(trace_set_id) AS id FROM v_trace_sets "
+                                                     "WHERE source = 'captured'", log)[0]["id"])]
     pmdb(home, "collect", "peaks", log=log)    # 1. models
     pmdb(home, "collect", "ops", "--sweep", "quick", "--no-progress", log=log)
-    pmdb(home, "collect", "ops", "--from-traces", "--no-progress", log=log)
+    for round_ in range(SHAPE_ROUNDS):          # the traced shapes in fresh processes: prices are their medians
+        pmdb(home, "collect", "ops", "--from-traces", *(["--force"] if round_ else []), "--no-progress", log=log)
     pmdb(home, "collect", "comms", "--world-size", "2", "--ops", "all_reduce,all_to_all", "--max-bytes", "64MiB",
          "--iters", "20", "--no-progress", log=log)
     pmdb(home, "fit", "--all", "--no-progress", log=log)
     pmdb(home, "fit", "overheads", log=log)
+    pmdb(home, "fit", "comms-context", "--target", "step", *calibration, log=log)
     predicted: dict[str, dict] = {}            # 3. predictions
     for config in CONFIGS:
         if config.recorded is None:
@@ -170,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
              f"{started:%Y-%m-%d %H:%M}–{ended:%H:%M} UTC, {os.cpu_count()} cores, load average {load_before:.2f} at "
              f"start and {load_after:.2f} at the end (the benchmark's own processes included), "
              f"`benchmarks/whatif_accuracy.py` from an empty workspace, "
-             f"{args.rounds} interleaved ground-truth rounds. One configuration per workload was traced; the others "
+             f"{args.rounds} interleaved ground-truth rounds. One configuration per workload was traced (plus "
+             f"{len(CALIBRATION_SEEDS)} world-size-2 DLRM runs with random sharding that only calibrate the "
+             f"collectives' step factor); the others "
              f"were derived from it (`pmdb predict --what-if`) and run only for ground truth. *spread*: (max - min) / "
              f"median of its ground-truth runs; *derivation*: (1 + error) / (1 + recorded config's error) - 1, the "
              f"error the what-if adds to the one the models make on the recorded configuration.", "",
