@@ -1,8 +1,8 @@
 """``pmdb collect workload``: resolve the shape, run it on N ranks, store the ground truth and hand the traces over.
 
 With ``repeats`` > 1 the ground truth is measured in that many launches of fresh rank processes, one after the other
-(the first also records the traces): one process's heap and page placement can move a step by ~10% on this kind of
-machine, so the stored time is the median of the launches' medians. Nothing is written for a failed run except its
+(the first also records the traces): on a shared 2-core VM one launch's median step can differ from the next one's
+by ~10%, so the stored time is the median of the launches' medians. Nothing is written for a failed run except its
 failed ``collection_runs`` row: the workload row, the ground truth and the traces are stored only after every rank
 of every launch finished. Rank logs and raw traces live in ``artifacts/tmp/<run_id>``
 while the run lasts (kept when it fails, named in the error).
