@@ -46,11 +46,10 @@ def write_ground_truth(store: Store, *, run_id: str, workload_id: int, platform:
     median, ``spread`` is taken over the iterations of every launch, and launch k's iterations are stored as
     k * ``iterations`` + i."""
     launches = [results, *repeats]
-    per_launch = [summarise([r["times_us"] for r in launch]) for launch in launches]
     pooled = [[t for launch in launches for t in launch[rank]["times_us"]] for rank in range(len(results))]
     summary: dict[str, Any] = summarise(pooled)
     if repeats:
-        medians = [s["measured_us"] for s in per_launch]
+        medians = [summarise([r["times_us"] for r in launch])["measured_us"] for launch in launches]
         summary["measured_us"] = float(np.median(medians))
         summary["launch_medians_us"] = [round(m, 1) for m in medians]
         summary["launch_spread"] = (max(medians) - min(medians)) / summary["measured_us"]
