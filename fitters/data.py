@@ -76,9 +76,12 @@ def peaks(store: Store, platform: str) -> dict[str, float]:
 
 def kernel_groups(store: Store, platform: str, ops: list[str] | None = None,
                   cache_states: list[str] | None = None) -> list[KernelGroup]:
-    """One group per (op, pass, implementation, dtype, cache state) with measured rows on ``platform``."""
+    """One group per (op, pass, implementation, dtype, cache state) with measured rows on ``platform``. Rows of
+    the 'loop' state (traced embedding lookups timed in a training loop) price exactly their own shapes and are
+    never fitted."""
     sql = ("SELECT measurement_id, run_id, op, pass, implementation, dtype, cache_state, config_key, threads, "
-           "CAST(params AS VARCHAR) AS params, median_us FROM v_op_measurements WHERE platform = ?")
+           "CAST(params AS VARCHAR) AS params, median_us FROM v_op_measurements WHERE platform = ? "
+           "AND cache_state <> 'loop'")
     args: list = [platform]
     if ops:
         sql += f" AND op IN ({', '.join('?' * len(ops))})"

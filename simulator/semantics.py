@@ -27,9 +27,11 @@ from pmdb.errors import PmdbError
 from pmdb.platform import Semantics
 from pmdb.traces.graph import Stream
 
-RULES_VERSION = 3  # 1: sync-host collectives queue without blocking the caller; comm_shares_core charges the core;
+# RULES_VERSION 1: sync-host collectives queue without blocking the caller; comm_shares_core charges the core;
 # 2: an optimizer step's sqrt is priced at the zero share of the state it reads (pmdb.traces.state_values);
-# 3: an embedding lookup whose exact tables were microbenchmarked is priced by that measurement (measured_shapes)
+# 3: an embedding lookup whose exact tables were microbenchmarked is priced by that measurement (measured_shapes);
+# 4: on a CPU, an embedding lookup whose exact tables were timed in a training loop ('loop') is priced by that
+RULES_VERSION = 4
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors.ops.timer import LOOP
 from pmdb.platform import Semantics
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import TimedOp
@@ -100,6 +101,10 @@ class ModelTiming:
         self.reuse = reuse
         self.overheads = overheads
         self.sync_host = semantics == Semantics.SYNC_HOST
+        # on a CPU, unless a cache state was chosen: an embedding lookup whose exact tables were timed in a training
+        # loop of their own (collectors.ops.timer.time_loop) is priced by that, the caches as a step leaves them
+        state = models.selection.cache_state if models.selection is not None else "default"
+        self.loop = self.sync_host and state in ("default", REUSE)
         self.embedding = embedding or EmbeddingStats()
         self.usage = Usage()
         self._time: dict[int, float] = {}
@@ -197,8 +202,9 @@ class ModelTiming:
         """Whether an embedding lookup over exactly these tables was measured (priced then without a model)."""
         if self.measured is None or self.threads is None or not tables:
             return False
-        return self.measured.embedding_time(mapped.pass_, implementation(node, mapped), tables, self.threads,
-                                            self.default_state) is not None
+        states = (LOOP, self.default_state) if self.loop else (self.default_state,)
+        return any(self.measured.embedding_time(mapped.pass_, implementation(node, mapped), tables, self.threads,
+                                                state) is not None for state in states)
 
     def _exact(self, group: list[_Row], states: list[str], shares: np.ndarray | None) -> list[float | None]:
         """Per row, its measured time when its exact shape was microbenchmarked in every cache state the model
@@ -208,6 +214,16 @@ class ModelTiming:
             return [None] * len(group)
         out: list[float | None] = []
         for i, r in enumerate(group):
+            looped = None
+            if r.mapped.op == "embedding_lookup" and self.loop:
+                looped = self.measured.embedding_time(r.mapped.pass_, r.implementation, r.tables or [], self.threads,
+                                                      LOOP)
+            if looped is not None:
+                self._time[id(r.node)] = looped
+                self.priced_by[id(r.node)] = "measured-loop"
+                self.usage.measured += 1
+                out.append(looped)
+                continue
             if r.mapped.op == "embedding_lookup":
                 times = [self.measured.embedding_time(r.mapped.pass_, r.implementation, r.tables or [], self.threads,
                                                       state) for state in states]

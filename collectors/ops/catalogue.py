@@ -81,7 +81,9 @@ class BuildContext:
 class Built:
     """A built config: ``fwd()`` and ``bwd()`` run one pass; ``params`` are the stored features (numbers only);
     ``stats`` per-table embedding statistics (embedding lookups only); ``release()`` (optional) breaks reference
-    cycles the garbage collector cannot free, so that the config's tensors go as soon as the sweep drops it."""
+    cycles the garbage collector cannot free, so that the config's tensors go as soon as the sweep drops it.
+    ``loop()`` (optional, CPU): one training iteration of the op on its next fresh batch, returning its (forward µs,
+    backward µs): what the 'loop' cache state times (:func:`collectors.ops.timer.time_loop`)."""
 
     fwd: Callable[[], Any]
     bwd: Callable[[], Any] | None
@@ -89,6 +91,7 @@ class Built:
     stats: list[dict[str, Any]] | None = None
     keep: tuple = ()
     release: Callable[[], None] | None = None
+    loop: Callable[[], tuple[float, float]] | None = None
 
 
 def autograd_pair(forward: Callable[[], torch.Tensor], inputs: Sequence[torch.Tensor], params: dict[str, Any],
@@ -109,7 +112,8 @@ def autograd_pair(forward: Callable[[], torch.Tensor], inputs: Sequence[torch.Te
 @dataclass
 class OpSpec:
     """One op: axes, builder and estimates. ``model``: 'ml' (fitted by an ML model, needs many rows) or
-    'roofline' (heuristic model, a few dozen rows validate it)."""
+    'roofline' (heuristic model, a few dozen rows validate it). ``loops``: its builder gives ``Built.loop`` on a
+    CPU, and ``collect ops --from-traces`` times its traced shapes in the 'loop' cache state too."""
 
     name: str
     family: str
@@ -127,6 +131,7 @@ class OpSpec:
     fixed: dict[str, Any] = field(default_factory=dict)
     make_configs: Callable[..., list[dict[str, Any]]] | None = None
     check_config: Callable[..., dict[str, Any]] | None = None
+    loops: bool = False
     _grids: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
 
     def passes_on(self, device_type: str) -> tuple[str, ...]:

@@ -8,8 +8,10 @@ to embedding_batch_stats (see ``Built.stats``).
 """
 from __future__ import annotations
 
+import math
+import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -18,12 +20,15 @@ from collectors.embedding.indices import DatasetSource, make_source
 from collectors.embedding.reuse import reuse_factors
 from collectors.embedding.tbe import IMPLEMENTATIONS, make_lookup, to_tensors
 from collectors.ops.catalogue import QUICK_COUNT, Axis, BuildContext, Built, OpSpec, register
+from collectors.ops.timer import DEFAULT_FLUSH_BYTES
 from pmdb.errors import PmdbError
 
 SHARED_DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "dlrm_datasets"
 HEAVY_POOLING = 20.0  # method.md section 5: heavy tables have mean L >= 20
 DEFAULT_COUNT = 320
 LARGE_COUNT = 60
+LOOP_MAX_BATCHES = 32          # fresh batches the 'loop' timing cycles through, at most
+LOOP_POOL_BYTES = 256 * 2 ** 20  # bound on their indices and offsets (bytes)
 _CONFIG_KEYS = {"B", "E", "D", "L", "sources", "seed", "optimizer"}
 
 
@@ -177,9 +182,10 @@ def check_config(given: dict[str, Any], *, sources: list[str] | None = None,
 
 def build(c: dict[str, Any], ctx: BuildContext) -> Built:
     rng = np.random.default_rng([c["seed"], ctx.seed])
-    per_table, stats = [], []
+    per_table, stats, sources = [], [], []
     for t, (rows, dim, pooling, spec) in enumerate(zip(c["E"], c["D"], c["L"], c["sources"])):
         source = make_source(spec, ctx.seed)
+        sources.append(source)
         indices, lengths = source.batch(rows, c["B"], pooling, rng)
         label = source.label
         if isinstance(source, DatasetSource) and source.table is None:
@@ -198,8 +204,51 @@ def build(c: dict[str, Any], ctx: BuildContext) -> Built:
     def bwd() -> None:
         out.backward(grad, retain_graph=True)
 
+    loop = None
+    if ctx.device.type == "cpu":
+        def pool() -> list[tuple[torch.Tensor, torch.Tensor]]:   # drawn on the loop's first call, after the batch
+            return [to_tensors([s.batch(rows, c["B"], pooling, rng)
+                                for s, rows, pooling in zip(sources, c["E"], c["L"])], ctx.device)
+                    for _ in range(loop_batches(c))]
+        loop = _training_loop(lookup, pool, grad)
     return Built(lambda: lookup(indices, offsets), bwd, params, stats, keep=(lookup, out, grad, indices, offsets),
-                 release=lambda: release_optimizers(lookup))
+                 release=lambda: release_optimizers(lookup), loop=loop)
+
+
+def loop_batches(c: dict[str, Any]) -> int:
+    """How many fresh batches the 'loop' timing cycles through: enough that the rows a batch touches (at most its
+    lookups' rows, bytes) are evicted by the others before it comes round again (twice the flush size, which
+    exceeds the last-level cache), at least 2, at most LOOP_MAX_BATCHES, and their indices within
+    LOOP_POOL_BYTES."""
+    lookups = [c["B"] * float(pooling) for pooling in c["L"]]
+    touched = sum(min(float(rows), n) * dim * 4.0 for rows, n, dim in zip(c["E"], lookups, c["D"]))
+    wanted = math.ceil(2.0 * DEFAULT_FLUSH_BYTES / max(touched, 1.0))
+    fits = int(LOOP_POOL_BYTES // max(8.0 * (sum(lookups) + c["B"] * len(lookups)), 1.0))
+    return max(2, min(wanted, LOOP_MAX_BATCHES, fits))
+
+
+def _training_loop(lookup: torch.nn.Module, make_pool: Callable[[], list[tuple[torch.Tensor, torch.Tensor]]],
+                   grad: torch.Tensor) -> Callable[[], tuple[float, float]]:
+    """One training iteration per call on the next batch of the pool (``make_pool()``, drawn on the first call):
+    the forward, then its backward (which applies the fused update); returns their (µs, µs), the backward with the
+    release of the forward's output."""
+    pool: list[tuple[torch.Tensor, torch.Tensor]] = []
+    position = [0]
+
+    def step() -> tuple[float, float]:
+        if not pool:
+            pool.extend(make_pool())
+        indices, offsets = pool[position[0] % len(pool)]
+        position[0] += 1
+        start = time.perf_counter_ns()
+        out = lookup(indices, offsets)
+        middle = time.perf_counter_ns()
+        out.backward(grad)
+        del out
+        end = time.perf_counter_ns()
+        return (middle - start) / 1e3, (end - middle) / 1e3
+
+    return step
 
 
 def release_optimizers(lookup: torch.nn.Module) -> None:
@@ -217,4 +266,4 @@ register(OpSpec(
     axes=(Axis("B", (), (), 1, 65536),),
     build=build, flops=_flops, bytes_moved=_bytes_moved, memory=_memory,
     implementations=IMPLEMENTATIONS, default_count=DEFAULT_COUNT,
-    make_configs=make_configs, check_config=check_config))
+    make_configs=make_configs, check_config=check_config, loops=True))

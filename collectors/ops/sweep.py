@@ -7,7 +7,9 @@ when it completes) and are skipped too; the run's summary names the runs it resu
 is built once and timed per pass and cache state (a pass's warm and cold repetitions alternated); rows go to the
 store in batches as the sweep runs. A config over the memory cap, or one that runs out of memory, is stored as
 skipped with its reason and the sweep goes on.
-Instead of a sweep, ``SweepOptions.targets`` (``--from-traces``) gives the configs, passes and implementations.
+Instead of a sweep, ``SweepOptions.targets`` (``--from-traces``) gives the configs, passes and implementations;
+on a CPU (and ``--cache both``, the default) the traced shapes of an op that loops (``OpSpec.loops``: embedding
+lookups) are also timed in the 'loop' cache state, both passes in one training loop of the op (:func:`collectors.ops.timer.time_loop`).
 """
 from __future__ import annotations
 
@@ -24,9 +26,10 @@ from tqdm import tqdm
 
 from collectors.ops import catalogue
 from collectors.ops.kernels import kernel_breakdown
-from collectors.ops.catalogue import BuildContext, OpSpec, canonical, thin
+from collectors.ops.catalogue import BuildContext, Built, OpSpec, canonical, thin
 from collectors.ops.summary import SweepSummary
-from collectors.ops.timer import CacheFlusher, TimerSettings, measure, time_cpu_both, timing_environment
+from collectors.ops.timer import (LOOP, CacheFlusher, TimerSettings, measure, time_cpu_both, time_loop,
+                                  timing_environment)
 from collectors.ops.writer import BatchWriter, sticky_interrupts
 from collectors.workloads.allocator import apply_in_process
 from pmdb import platform as platforms
@@ -182,6 +185,8 @@ def plan(store: Store, platform: str, options: SweepOptions, device: torch.devic
         passes = [p for p in PASSES[options.passes] if p in spec.passes_on(device.type)]
         if not passes:
             continue
+        # traced shapes of an op that loops are also timed as a training loop runs them (timer.time_loop)
+        looped = spec.loops and device.type == "cpu" and options.targets is not None and options.cache == "both"
         done = set() if options.force else set(store.conn.execute(
             "SELECT DISTINCT config_key, cache_state FROM v_op_measurements WHERE platform = ? AND op = ? "
             "UNION SELECT DISTINCT config_key, cache_state FROM op_measurements WHERE run_id = ? AND platform = ? "
@@ -191,9 +196,10 @@ def plan(store: Store, platform: str, options: SweepOptions, device: torch.devic
             chosen = [p for p in passes if only is None or p in only]
             if not chosen:
                 continue
+            states = caches + (LOOP,) if looped else caches
             for implementation in implementations:
                 keys = {p: config_key(name, p, implementation, options.dtype, threads, config) for p in chosen}
-                todo = [(p, c) for p in chosen for c in caches if (keys[p], c) not in done]
+                todo = [(p, c) for p in chosen for c in states if (keys[p], c) not in done]
                 if todo:
                     items.append(Item(spec, implementation, config, keys, todo))
                 else:
@@ -288,6 +294,9 @@ class Sweep:
                 twin = item.spec.build(item.config, ctx)  # other operands, same code path (timer.time_cpu)
             while todo:
                 pass_, cache = todo[0]
+                if cache == LOOP:
+                    self._measure_loop(item, built, todo)
+                    continue
                 fn = built.fwd if pass_ == "fwd" else built.bwd
                 rewarm = None if twin is None else (twin.fwd if pass_ == "fwd" else twin.bwd)
                 warmup = 0 if pass_ in warmed else None
@@ -320,6 +329,23 @@ class Sweep:
                 if done is not None and done.release is not None:
                     done.release()
             built = twin = done = None  # noqa: F841 - free the tensors before the next config
+
+    def _measure_loop(self, item: Item, built: Built, todo: list[tuple[str, str]]) -> None:
+        """Both passes in the 'loop' state at once (a training loop of the op: forward, then backward); the rows of
+        the passes still to do are written and leave ``todo``."""
+        wanted = [p for p, c in todo if c == LOOP]
+        if built.loop is None:
+            self._skip(item, [(p, LOOP) for p in wanted], "no training loop for this op here", "error")
+        else:
+            for pass_, timing in zip(("fwd", "bwd"), time_loop(built.loop, self.options.settings)):
+                if pass_ not in wanted:
+                    continue
+                self.writer.add({**self._base_row(item, pass_, LOOP, built.params), "median_us": timing.median_us,
+                                 "mean_us": timing.mean_us, "std_us": timing.std_us, "min_us": timing.min_us,
+                                 "repetitions": timing.repetitions, "warmup": timing.warmup, "kernels": None})
+                self.summary.measured(item.spec.name, item.implementation, pass_, LOOP, timing)
+        for pass_ in wanted:
+            todo.remove((pass_, LOOP))
 
     def execute(self, progress: bool = True) -> dict[str, Any]:
         """Plan and run; returns the run summary (also kept in ``run.summary`` as the sweep goes)."""

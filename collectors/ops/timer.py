@@ -9,7 +9,9 @@ includes releasing what the op returned: with glibc's mmap on (a user's MALLOC_M
 turn it off) a buffer above the 32 MiB mmap threshold is page-faulted in by the op and unmapped when freed,
 milliseconds for tens of MiB that a training step under those settings pays too. Every allocation of a step is
 freed once, so charging the release to the op that allocated keeps the step's total. CUDA: events around each call
-with synchronisation ('device').
+with synchronisation ('device'). *loop* (:func:`time_loop`, ops whose builder gives one: embedding lookups) times
+the op as a training loop runs it: each repetition a fresh batch, its forward then its backward (with the fused
+update), nothing flushed, so a call finds in the caches what the previous iteration left there.
 All times are microseconds.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+LOOP = "loop"  # the cache state of time_loop's timings
 DEFAULT_FLUSH_BYTES = 64 * 2 ** 20  # > the 32 MiB LLC here; environment.md: ~64 MB made cold timings match in-context
 
 
@@ -52,6 +55,10 @@ class TimerSettings:
     spread_limit: float = 1.5
     spread_floor_us: float = 100.0
     spread_max_time_us: float = 1_000_000.0
+    loop_warmup: int = 2
+    loop_min_reps: int = 7
+    loop_max_reps: int = 60
+    loop_min_time_us: float = 30_000.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -209,6 +216,25 @@ def time_cuda(fn: Callable[[], Any], settings: TimerSettings, device: torch.devi
             end.synchronize()
             samples.append(start.elapsed_time(end) * 1e3)  # ms -> µs
     return Timing.from_samples(samples, settings.warmup)
+
+
+def time_loop(step: Callable[[], tuple[float, float]], settings: TimerSettings) -> tuple[Timing, Timing]:
+    """(forward, backward) timings of an op in a training loop of its own: ``step()`` runs one iteration on the
+    next batch and returns its (forward µs, backward µs). ``loop_warmup`` untimed iterations first; then iterations
+    until ``loop_min_reps`` are done and ``loop_min_time_us`` spent in them (at most ``loop_max_reps``)."""
+    for _ in range(settings.loop_warmup):
+        step()
+    policy = Policy(settings.loop_min_reps, settings.loop_max_reps, settings.loop_min_time_us,
+                    settings.spread_limit, settings.spread_floor_us, settings.spread_max_time_us)
+    fwd: list[float] = []
+    bwd: list[float] = []
+    total: list[float] = []
+    while not policy.done(total, sum(total)):
+        f, b = step()
+        fwd.append(f)
+        bwd.append(b)
+        total.append(f + b)
+    return Timing.from_samples(fwd, settings.loop_warmup), Timing.from_samples(bwd, settings.loop_warmup)
 
 
 def measure(fn: Callable[[], Any], cache_state: str, settings: TimerSettings, device: torch.device,

@@ -57,7 +57,10 @@ def ops(ctx: typer.Context,
                                                  "memory than this (e.g. 2GiB; default: a quarter of RAM, at most "
                                                  "8 GiB)."),
         cache: str = typer.Option("both", "--cache", help="CPU cache state: warm (back-to-back repetitions), "
-                                  "cold (LLC flushed before each repetition) or both. CUDA uses device events."),
+                                  "cold (LLC flushed before each repetition) or both; with --from-traces, both "
+                                  "also times the traced embedding lookups in a training loop of their own "
+                                  "('loop': a fresh batch each time, forward then backward). CUDA uses device "
+                                  "events."),
         max_configs: Optional[int] = typer.Option(None, "--max-configs", help="At most this many configs per op "
                                                   "(a seeded subset of the sweep)."),
         threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads, recorded with every "

@@ -81,3 +81,34 @@ def test_failed_migration_rolls_back(tmp_path):
     tables = {r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert "half_done" not in tables
     assert migrator.current_version(conn) == len(known)
+
+
+def test_0013_rebuilds_op_measurements_with_the_loop_state_keeping_rows_ids_and_links(tmp_path):
+    """A store of the previous release (schema 12) with a measurement and its embedding statistics: after 0013
+    both rows are there with their ids and link, new ids continue after them, and 'loop' is a cache state."""
+    known = migrator.available()
+    assert known[12].name == "0013_loop_cache_state.sql"
+    conn = duckdb.connect(str(tmp_path / "c.duckdb"))
+    migrator.migrate(conn, known[:12])
+    conn.execute("INSERT INTO platforms (name, device_kind, semantics) VALUES ('p1', 'cpu', 'sync_host')")
+    conn.execute("INSERT INTO collection_runs (run_id, kind, platform, pmdb_version, status) VALUES ('r1', 'ops', "
+                 "'p1', '0', 'completed')")
+    row = ("INSERT INTO op_measurements (run_id, platform, op, pass, implementation, dtype, device, cache_state, "
+           "params, config_key, median_us, source) VALUES ('r1', 'p1', 'embedding_lookup', 'fwd', 'fbgemm_tbe', "
+           "'float32', 'cpu', ?, '{\"B\": 2}', 'k1', ?, 'microbenchmark') RETURNING measurement_id")
+    first = conn.execute(row, ["cold", 12.5]).fetchone()[0]
+    with pytest.raises(duckdb.ConstraintException):
+        conn.execute(row, ["loop", 9.0])
+    conn.execute("INSERT INTO embedding_batch_stats (run_id, measurement_id, table_index, batch_size, num_rows, dim, "
+                 "pooling_mean, reuse_factors) VALUES ('r1', ?, 0, 2, 10, 4, 1.0, ?)", [first, [0.0] * 17])
+    assert [m.name for m in migrator.migrate(conn, known)][0] == "0013_loop_cache_state.sql"
+    assert conn.execute("SELECT measurement_id, cache_state, median_us, source FROM op_measurements").fetchall() \
+        == [(first, "cold", 12.5, "microbenchmark")]
+    assert conn.execute("SELECT measurement_id FROM embedding_batch_stats").fetchall() == [(first,)]
+    second = conn.execute(row, ["loop", 9.0]).fetchone()[0]
+    assert second > first
+    with pytest.raises(duckdb.ConstraintException):
+        conn.execute(row, ["lukewarm", 9.0])
+    with pytest.raises(duckdb.ConstraintException):   # the link is enforced again
+        conn.execute("INSERT INTO embedding_batch_stats (run_id, measurement_id, table_index, batch_size, num_rows, "
+                     "dim, pooling_mean, reuse_factors) VALUES ('r1', 99999, 0, 2, 10, 4, 1.0, ?)", [[0.0] * 17])

@@ -159,3 +159,59 @@ def test_a_lookup_whose_tables_were_measured_is_priced_by_the_measurement(traced
         unknown.programs(graph)
         assert not any(unknown.priced_by.get(id(op)) == "measured" for rank in graph.ranks for top in rank.ops
                        for op in walk(top) if isinstance(map_op(op), Mapped) and map_op(op).op == "embedding_lookup")
+
+
+def test_traced_lookups_are_also_timed_in_a_training_loop_and_priced_by_it(traced_copy, capsys):
+    """With the default --cache both, every traced FBGEMM lookup is also timed in the 'loop' state (both passes,
+    the same config keys as its warm and cold rows; nothing else loops); a CPU prediction without a chosen cache
+    state prices the lookup by it, ``--cache-state cold`` by the cold rows; the fitters never fit it."""
+    from fitters.data import kernel_groups
+    from pmdb.traces.from_store import load_graphs
+    from pmdb.traces.opmap import Mapped, map_op
+    from simulator.embedding_stats import EmbeddingStats
+    from simulator.measured_shapes import ShapeMedians
+    from simulator.model_set import ModelSelection, ModelSet, Overheads
+    from simulator.timing import ModelTiming
+
+    ws, run_id = traced_copy
+    home = ["--home", str(ws.home), "collect", "ops", "--from-run", run_id, "--no-progress", "--no-peaks",
+            "--op", "embedding_lookup", "--op", "relu"]
+    assert main(home) == 0
+    assert "loop" in capsys.readouterr().out
+    with Store.open(ws) as store:
+        rows = store.query("SELECT op, pass, cache_state, config_key, median_us, repetitions FROM op_measurements "
+                           "WHERE skipped IS NULL")
+        loop = rows[rows["cache_state"] == "loop"]
+        assert set(loop["op"]) == {"embedding_lookup"} and set(loop["pass"]) == {"fwd", "bwd"}
+        cold = rows[(rows["cache_state"] == "cold") & (rows["op"] == "embedding_lookup")]
+        assert set(loop["config_key"]) == set(cold["config_key"])
+        assert (loop["median_us"] > 0).all() and (loop["repetitions"] >= 7).all()
+        assert "loop" not in {g.cache_state for g in kernel_groups(store, platforms.resolve(store, None))}
+    assert main(home) == 0
+    assert "0 configs measured" in capsys.readouterr().out
+    with Store.open(ws) as store:
+        platform = platforms.resolve(store, None)
+        ts, workload = store.query("SELECT trace_set_id, workload_id FROM trace_sets WHERE run_id = ?",
+                                   [run_id]).iloc[0]
+        graph = load_graphs(store, int(ts), pick="best", detail=True)[0]
+        measured = ShapeMedians.load(store, platform)
+
+        def walk(op):
+            yield op
+            for child in op.sub:
+                yield from walk(child)
+
+        for state, label, table in (("default", "measured-loop", loop), ("cold", "measured", cold)):
+            timing = ModelTiming(ModelSet(selection=ModelSelection("t", state, "0")), Overheads(), "sync_host",
+                                 EmbeddingStats.from_store(store, int(workload)), measured=measured, threads=1)
+            timing.programs(graph)
+            lookups = [(op, map_op(op)) for rank in graph.ranks for top in rank.ops for op in walk(top)
+                       if isinstance(map_op(op), Mapped) and map_op(op).op == "embedding_lookup"
+                       and id(op) in timing.priced_by]
+            assert {m.pass_ for _, m in lookups} == {"fwd", "bwd"}
+            for op, mapped in lookups:
+                assert timing.priced_by[id(op)] == label
+                passes = rows.loc[rows["config_key"].isin(table["config_key"]) & (rows["pass"] == mapped.pass_)
+                                  & (rows["cache_state"] == ("loop" if state == "default" else "cold")),
+                                  "median_us"]
+                assert timing._time[id(op)] == pytest.approx(passes.median())
