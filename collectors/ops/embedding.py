@@ -4,7 +4,9 @@
 A config is {"B", "E": [...], "D": [...], "L": [...] (target pooling per table), "sources": [...] (index source spec
 per table), "seed", "optimizer"}. The indices of the measured batch are generated from it (seeded), and the stored
 params are B, T and per table E, D and the *measured* mean pooling L; the 17 reuse factors of each table's indices go
-to embedding_batch_stats (see ``Built.stats``).
+to embedding_batch_stats (see ``Built.stats``). On a CPU ``Built.loop`` runs one training iteration of the lookup on
+the next of a pool of further batches drawn from the same sources (:func:`loop_batches` of them): the 'loop' cache
+state's timings (:func:`collectors.ops.timer.time_loop`).
 """
 from __future__ import annotations
 
