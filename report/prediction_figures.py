@@ -37,12 +37,12 @@ SAME_SHAPE = ["platform", "family", "workload", "batch_size", "world_size", "mod
 
 
 def label(row: pd.Series) -> str:
-    """'workload bB wsN [sharder]'."""
+    """'workload bB wsN [sharder]' (the sharder only where there are ranks to shard over)."""
     parts = [str(row["workload"])]
     if pd.notna(row.get("batch_size")):
         parts.append(f"b{int(row['batch_size'])}")
     parts.append(f"ws{int(row['world_size'])}")
-    if pd.notna(row.get("sharder")) and row["sharder"]:
+    if pd.notna(row.get("sharder")) and row["sharder"] and int(row["world_size"]) > 1:
         parts.append(str(row["sharder"]))
     return " ".join(parts)
 
