@@ -92,7 +92,9 @@ def predict(ctx: typer.Context,
                                                            "timings, blend (geometric mean of both), or reuse "
                                                            "(each op between them by its operands' reuse "
                                                            "distances and the platform's L2/LLC sizes); default "
-                                                           "cold on CPUs, device timings on GPUs."),
+                                                           "cold on CPUs, device timings on GPUs. By default and "
+                                                           "with reuse, an embedding lookup whose tables were "
+                                                           "timed in a training loop ('loop') is priced by that."),
             overhead_version: Optional[int] = typer.Option(None, "--overhead-version",
                                                            help="Overhead table version (default: the latest of "
                                                                 "the target platform)."),
