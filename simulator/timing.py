@@ -214,36 +214,40 @@ class ModelTiming:
             return [None] * len(group)
         out: list[float | None] = []
         for i, r in enumerate(group):
-            looped = None
-            if r.mapped.op == "embedding_lookup" and self.loop:
-                looped = self.measured.embedding_time(r.mapped.pass_, r.implementation, r.tables or [], self.threads,
-                                                      LOOP)
-            if looped is not None:
-                self._time[id(r.node)] = looped
-                self.priced_by[id(r.node)] = "measured-loop"
-                self.usage.measured += 1
-                out.append(looped)
-                continue
-            if r.mapped.op == "embedding_lookup":
-                times = [self.measured.embedding_time(r.mapped.pass_, r.implementation, r.tables or [], self.threads,
-                                                      state) for state in states]
-            else:
-                times = [self.measured.time(r.mapped.op, r.mapped.pass_, r.implementation, r.mapped.params,
-                                            self.threads, state) for state in states]
-            if any(t is None for t in times):
+            priced = self._measured_time(r, states, None if shares is None else shares[i:i + 1])
+            if priced is None:
                 out.append(None)
                 continue
-            if len(times) == 1:
-                t = times[0]
-            elif shares is not None:
-                t = float(between(np.array(times[:1]), np.array(times[1:]), shares[i:i + 1])[0])
-            else:
-                t = math.sqrt(times[0] * times[1])
-            self._time[id(r.node)] = float(t)
-            self.priced_by[id(r.node)] = "measured"
+            t, label = priced
+            self._time[id(r.node)] = t
+            self.priced_by[id(r.node)] = label
             self.usage.measured += 1
-            out.append(float(t))
+            out.append(t)
         return out
+
+    def _measured_time(self, r: _Row, states: list[str], share: np.ndarray | None) -> tuple[float, str] | None:
+        """(µs, what priced it) of one row from the microbenchmarks of its exact shape, None when not measured: an
+        embedding lookup timed in a training loop by that ('measured-loop', :attr:`loop`), else the measurements
+        in ``states`` combined as the models would be ('measured')."""
+        lookup = r.mapped.op == "embedding_lookup"
+        if lookup and self.loop:
+            looped = self.measured.embedding_time(r.mapped.pass_, r.implementation, r.tables or [], self.threads,
+                                                  LOOP)
+            if looped is not None:
+                return float(looped), "measured-loop"
+        if lookup:
+            times = [self.measured.embedding_time(r.mapped.pass_, r.implementation, r.tables or [], self.threads,
+                                                  state) for state in states]
+        else:
+            times = [self.measured.time(r.mapped.op, r.mapped.pass_, r.implementation, r.mapped.params,
+                                        self.threads, state) for state in states]
+        if any(t is None for t in times):
+            return None
+        if len(times) == 1:
+            return float(times[0]), "measured"
+        if share is not None:
+            return float(between(np.array(times[:1]), np.array(times[1:]), share)[0]), "measured"
+        return math.sqrt(times[0] * times[1]), "measured"
 
     def _scaled_forward(self, key: tuple[str, str, str | None], frame: pd.DataFrame) -> np.ndarray | None:
         """A GPU op's backward without a model of its own: its forward model's time scaled by the roofline ratio of

@@ -9,7 +9,8 @@ store in batches as the sweep runs. A config over the memory cap, or one that ru
 skipped with its reason and the sweep goes on.
 Instead of a sweep, ``SweepOptions.targets`` (``--from-traces``) gives the configs, passes and implementations;
 on a CPU (and ``--cache both``, the default) the traced shapes of an op that loops (``OpSpec.loops``: embedding
-lookups) are also timed in the 'loop' cache state, both passes in one training loop of the op (:func:`collectors.ops.timer.time_loop`).
+lookups) are also timed in the 'loop' cache state, both passes in one training loop of the op
+(:func:`collectors.ops.timer.time_loop`).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from collectors.ops import catalogue
 from collectors.ops.kernels import kernel_breakdown
 from collectors.ops.catalogue import BuildContext, Built, OpSpec, canonical, thin
 from collectors.ops.summary import SweepSummary
-from collectors.ops.timer import (LOOP, CacheFlusher, TimerSettings, measure, time_cpu_both, time_loop,
+from collectors.ops.timer import (LOOP, CacheFlusher, TimerSettings, Timing, measure, time_cpu_both, time_loop,
                                   timing_environment)
 from collectors.ops.writer import BatchWriter, sticky_interrupts
 from collectors.workloads.allocator import apply_in_process
@@ -310,12 +311,7 @@ class Sweep:
                 warmed.add(pass_)
                 for cache, timing in timings.items():
                     kernels = kernel_breakdown(fn, self.device) if self.options.kernels else None
-                    self.writer.add({**self._base_row(item, pass_, cache, built.params),
-                                     "median_us": timing.median_us, "mean_us": timing.mean_us,
-                                     "std_us": timing.std_us, "min_us": timing.min_us,
-                                     "repetitions": timing.repetitions, "warmup": timing.warmup, "kernels": kernels},
-                                    built.stats)
-                    self.summary.measured(item.spec.name, item.implementation, pass_, cache, timing)
+                    self._write(item, pass_, cache, built, timing, kernels, built.stats)
                     todo.remove((pass_, cache))
         except StoreWriteError:
             raise  # a batch that cannot be written fails the run: never a skipped config with rows missing
@@ -330,6 +326,14 @@ class Sweep:
                     done.release()
             built = twin = done = None  # noqa: F841 - free the tensors before the next config
 
+    def _write(self, item: Item, pass_: str, cache: str, built: Built, timing: Timing,
+               kernels: list[dict[str, Any]] | None = None, stats: list[dict[str, Any]] | None = None) -> None:
+        """Queue one measured row (and the config's embedding statistics, when given) and count it."""
+        self.writer.add({**self._base_row(item, pass_, cache, built.params), "median_us": timing.median_us,
+                         "mean_us": timing.mean_us, "std_us": timing.std_us, "min_us": timing.min_us,
+                         "repetitions": timing.repetitions, "warmup": timing.warmup, "kernels": kernels}, stats)
+        self.summary.measured(item.spec.name, item.implementation, pass_, cache, timing)
+
     def _measure_loop(self, item: Item, built: Built, todo: list[tuple[str, str]]) -> None:
         """Both passes in the 'loop' state at once (a training loop of the op: forward, then backward); the rows of
         the passes still to do are written and leave ``todo``."""
@@ -338,12 +342,8 @@ class Sweep:
             self._skip(item, [(p, LOOP) for p in wanted], "no training loop for this op here", "error")
         else:
             for pass_, timing in zip(("fwd", "bwd"), time_loop(built.loop, self.options.settings)):
-                if pass_ not in wanted:
-                    continue
-                self.writer.add({**self._base_row(item, pass_, LOOP, built.params), "median_us": timing.median_us,
-                                 "mean_us": timing.mean_us, "std_us": timing.std_us, "min_us": timing.min_us,
-                                 "repetitions": timing.repetitions, "warmup": timing.warmup, "kernels": None})
-                self.summary.measured(item.spec.name, item.implementation, pass_, LOOP, timing)
+                if pass_ in wanted:
+                    self._write(item, pass_, LOOP, built, timing)
         for pass_ in wanted:
             todo.remove((pass_, LOOP))
 

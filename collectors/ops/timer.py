@@ -69,6 +69,11 @@ class TimerSettings:
             (self.min_reps, self.max_reps, self.min_time_us)
         return Policy(*reps, self.spread_limit, self.spread_floor_us, self.spread_max_time_us)
 
+    def loop_policy(self) -> "Policy":
+        """The stopping rule of the 'loop' state (:func:`time_loop`), on whole iterations."""
+        return Policy(self.loop_min_reps, self.loop_max_reps, self.loop_min_time_us, self.spread_limit,
+                      self.spread_floor_us, self.spread_max_time_us)
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -224,8 +229,7 @@ def time_loop(step: Callable[[], tuple[float, float]], settings: TimerSettings) 
     until ``loop_min_reps`` are done and ``loop_min_time_us`` spent in them (at most ``loop_max_reps``)."""
     for _ in range(settings.loop_warmup):
         step()
-    policy = Policy(settings.loop_min_reps, settings.loop_max_reps, settings.loop_min_time_us,
-                    settings.spread_limit, settings.spread_floor_us, settings.spread_max_time_us)
+    policy = settings.loop_policy()
     fwd: list[float] = []
     bwd: list[float] = []
     total: list[float] = []
