@@ -14,14 +14,17 @@ For each row (µs, FLOP, bytes):
    ridge point, the bytes moved over its L2, tiles per SM, and the roofline over the kernel floor. The raw spec
    figures are deliberately NOT features: with five GPUs to learn from, a tree would use them as a GPU's name and
    price an unseen GPU like whichever training GPU its figures fall next to (leave-one-GPU-out error was higher);
-   the floor is the op's 1 % latency quantile on each training GPU (launch and timing overhead: 25-55 µs in the
-   NeuSight tables, set by the host and driver, not by the sheet), and an unseen GPU gets the median of the training
-   GPUs' floors (its own is unknowable from a sheet). Without the floor feature the trees priced an unseen GPU's
+   the floor is the op's 1 % time quantile on each training GPU (since the tables' host floor is removed at import,
+   :mod:`collectors.importers.launch_floor`, it is the bound 0.44 F the hidden small kernels sit at, F = 25-63 µs
+   set by the table's host and driver, not by the sheet), and an unseen GPU gets the median of the training GPUs'
+   floors (its own is unknowable from a sheet). Without the floor feature the trees priced an unseen GPU's
    small kernels at the floor of the training GPU nearest in specs (leave-one-GPU-out among P4, P100, T4, V100:
    softmax 18.5 -> 14.6 %, relu 19.3 -> 14.7 %, add 15.2 -> 11.4 %, fully_connected 25.3 -> 23.6 % mean GMAE);
 4. t = t_roof / u with u clipped to (0, u_max], u_max the largest utilisation seen in training (1 when the
    roofline holds; a little above where a working set that fits in L2 beats DRAM bandwidth, or where cuDNN's
-   Winograd/FFT convolutions do fewer FLOPs than the direct count).
+   Winograd/FFT convolutions do fewer FLOPs than the direct count);
+5. a GEMM with more rows than any trained on is priced as k = ceil(M / M_max) chunks within them
+   (:func:`fitters.gemm_shapes.chunk_rows`): its time grows with its waves, where the trees alone stay flat.
 
 What transfers and what does not (benchmarks/results/gpu_kernel_accuracy.md): the utilisation of large kernels
 transfers within ~10-20 %; the floor of small kernels does not, so floor-dominated ops of an unseen GPU are off by
@@ -29,8 +32,9 @@ the difference of its floor from the training GPUs' median, and a GPU that attai
 peaks (the 70 W T4 and P4 hold far less than their boost-clock FLOP/s) is off by that fraction.
 
 GEMM-shaped ops in the backward pass are priced as their forward GEMMs (:mod:`fitters.gemm_shapes`). Every GPU
-taking part needs a spec sheet (``pmdb platform-specs``); rows are the GPUs' forward device timings (cache state
-``device``). :func:`fit_for_target` registers versions for a GPU known only by its sheet (``pmdb fit cross-gpu``).
+taking part needs a spec sheet (``pmdb platform-specs``); rows are the GPUs' forward kernel device times (cache
+state ``device``; imported single-call tables with their host floor removed). :func:`fit_for_target` registers
+versions for a GPU known only by its sheet (``pmdb fit cross-gpu``).
 """
 from __future__ import annotations
 
@@ -182,8 +186,9 @@ class CrossGpuModel(Model):
     def __init__(self, op: str, dtype: str, param_names: tuple[str, ...], estimator: HistGradientBoostingRegressor,
                  max_util: float, gpus: list[str], target: dict[str, Any] | None = None,
                  info: dict[str, Any] | None = None, constants: dict[str, float] | None = None,
-                 floors: dict[str, float] | None = None):
+                 floors: dict[str, float] | None = None, row_limit: float | None = None):
         self.op, self.dtype, self.param_names = op, dtype, tuple(param_names)
+        self.row_limit = float(row_limit) if row_limit else None   # GEMMs: the largest rows M trained on
         self.estimator, self.max_util, self.gpus = estimator, float(max_util), list(gpus)
         self.target, self.info, self.constants = target, info or {}, dict(constants or {})
         self.floors = {str(k): float(v) for k, v in (floors or {}).items()}
@@ -203,7 +208,7 @@ class CrossGpuModel(Model):
         known = {k: (None if math.isnan(v) else v) for k, v in sheet.features().items()}   # JSON: no NaN
         target = {"platform": name, **known, "device": sheet.device, "floor_us": self.floor_of(name)}
         return CrossGpuModel(self.op, self.dtype, self.param_names, self.estimator, self.max_util, self.gpus,
-                             target, self.info, self.constants, self.floors)
+                             target, self.info, self.constants, self.floors, self.row_limit)
 
     def _floor(self, frame: pd.DataFrame) -> np.ndarray:
         """Each row's GPU floor: a ``floor_us`` column, else the bound GPU's, else the training median."""
@@ -239,11 +244,21 @@ class CrossGpuModel(Model):
         if len(params) == 0:
             return np.zeros(0)
         params = feats.fold_rows(self.op, params, self.constants)
+        params, chunks = self._chunked(params)
         x, roof = _matrix(self.op, self.dtype, params, specs, self.param_names, floor)
         with threadpool_limits(1):
             log_slowdown = self.estimator.predict(x)
         utilisation = np.clip(np.exp(-log_slowdown), 1e-6, self.max_util)
-        return roof / utilisation
+        return roof / utilisation * chunks
+
+    def _chunked(self, params: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+        """GEMMs with more rows than trained on as chunks within the trained rows (:func:`gemm_shapes.chunk_rows`:
+        the time scales with the waves, where the trees would stay flat); other ops as they are."""
+        if not self.row_limit or self.op not in gemm_shapes.GEMM_ALIASES or "M" not in params.columns:
+            return params, np.ones(len(params))
+        if gemm_shapes.GEMM_ALIASES[self.op] == "fully_connected" and "B" in params.columns:
+            params = params.assign(M=_col(params, "M") * _col(params, "B"), B=1.0)   # one GEMM of B·M rows
+        return gemm_shapes.chunk_rows(params, self.row_limit)
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         return self.predict_pass(frame, "fwd")
@@ -252,6 +267,7 @@ class CrossGpuModel(Model):
         return {"op": self.op, "dtype": self.dtype, "params": list(self.param_names), "max_util": self.max_util,
                 "gpus": self.gpus, "target": self.target, "hyper": HYPER, "info": self.info,
                 "constants": self.constants, "floors": self.floors, "floor_us": self.floor_us,
+                "row_limit": self.row_limit,
                 "features": {"names": _feature_names(self.param_names), "target": "ln(t / wave roofline)",
                              "specs": list(REQUIRED_SPECS) + ["l2_bytes"], "op": self.op,
                              "constants": self.constants}}
@@ -268,7 +284,7 @@ class CrossGpuModel(Model):
                             f"{', '.join(sorted(untrusted - TRUSTED_TYPES))}")
         return cls(config["op"], config["dtype"], tuple(config["params"]), sio.load(path, trusted=sorted(untrusted)),
                    config["max_util"], config["gpus"], config.get("target"), config.get("info"),
-                   config.get("constants"), config.get("floors"))
+                   config.get("constants"), config.get("floors"), config.get("row_limit"))  # None: saved before
 
 
 # ---- data and fitting ------------------------------------------------------------------------------------------
@@ -357,8 +373,10 @@ def fit(data: CrossGpuData, seed: int = 0, hyper: dict[str, Any] | None = None) 
     with threadpool_limits(1):
         estimator.fit(x, y)
     max_util = float(max(1.0, np.quantile(np.exp(-y), 0.999)))
+    row_limit = float(_gemm_dims(data.op, params)[1].max()) if data.op in gemm_shapes.GEMM_ALIASES else None
     return CrossGpuModel(data.op, data.dtype, names, estimator, max_util, sorted(set(data.gpu)),
-                         info={"rows": int(len(y)), "seed": seed}, constants=constants, floors=floors)
+                         info={"rows": int(len(y)), "seed": seed}, constants=constants, floors=floors,
+                         row_limit=row_limit)
 
 
 def held_out(data: CrossGpuData, seed: int = 0) -> dict[str, Any]:

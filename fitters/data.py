@@ -5,6 +5,10 @@ Kernel groups: (op, pass, implementation, dtype, cache_state). An op whose rows 
 the params. Collective groups: (collective, world size) over the aggregate (``rank IS NULL``) rows; ``all_to_allv``
 (random splits) rows belong to the ``all_to_all`` model as test points. Non-finite or non-positive times are
 dropped and counted.
+
+GPU kernel rows are fitted on ``median_us``, the kernel's device time: rows imported from single-call tables
+(NeuSight) had their table's host floor removed at import (``collectors/importers/launch_floor.py``; the latency
+is kept in ``single_call_us``), so the simulator's host side (T1-T5) is not counted twice.
 """
 from __future__ import annotations
 

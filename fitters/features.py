@@ -3,7 +3,8 @@
 Kernel ops: each parameter (``op_measurements.params``) becomes ln(value) when every training value is positive,
 else the raw value (flags, offsets); parameters constant over the training rows carry no information and are left
 out (their values are kept in the spec). Two derived features follow: ln(flops + 1) and ln(bytes + 1) from
-:mod:`fitters.opcost`. Targets are ln(time in µs).
+:mod:`fitters.opcost`; conv2d adds its implicit-GEMM view (:data:`CONV_DERIVED`: ln of M = B·OH·OW, N = OC,
+K = IC·FH·FW, of the output tiles and of flops / bytes). Targets are ln(time in µs).
 
 Embedding lookups: one 21-vector per table, [ln B, ln E, ln L, ln D, 17 reuse factors] (method.md section 3); the
 prediction frame has one row per op instance with list columns named like ``embedding_batch_stats``:
@@ -24,6 +25,10 @@ from pmdb.errors import PmdbError
 from pmdb.traces.state_values import OPTIONAL
 
 DERIVED = ("ln_flops", "ln_bytes")
+# op-specific derived features, appended after DERIVED (see :func:`_op_derived`)
+CONV_DERIVED = ("ln_gemm_m", "ln_gemm_n", "ln_gemm_k", "ln_tiles", "ln_intensity")
+OP_DERIVED = {"conv2d": CONV_DERIVED}
+CONV_TILE = (128.0, 64.0)   # output rows x columns of one implicit-GEMM tile (a common cuDNN fp32 tile)
 EMBEDDING_COLUMNS = ("batch_size", "num_rows", "pooling_mean", "dim", "reuse_factors")
 NUM_REUSE_BINS = 17
 TABLE_FEATURES = ("ln_B", "ln_E", "ln_L", "ln_D", *(f"rf{i}" for i in range(NUM_REUSE_BINS)))
@@ -97,7 +102,8 @@ def build_spec(op: str, pass_: str, dtype: str, params: pd.DataFrame) -> Feature
         used.append(name)
         logged.append(bool((column > 0).all()))
     full = _with_constants(params, constants)
-    derived = tuple(d for d, values in zip(DERIVED, _derived(op, pass_, dtype, full).T) if np.ptp(values) > 0)
+    names = (*DERIVED, *OP_DERIVED.get(op, ()))
+    derived = tuple(d for d, values in zip(names, _derived(op, pass_, dtype, full).T) if np.ptp(values) > 0)
     return FeatureSpec(op, pass_, dtype, tuple(used), tuple(logged), derived, constants)
 
 
@@ -107,8 +113,34 @@ def _with_constants(params: pd.DataFrame, constants: Mapping[str, float]) -> pd.
 
 
 def _derived(op: str, pass_: str, dtype: str, params: pd.DataFrame) -> np.ndarray:
+    """Columns of DERIVED and then of OP_DERIVED[op] (each row of ``params``)."""
     flops, moved = opcost.work(op, pass_, params, dtype)
-    return np.column_stack([np.log1p(np.maximum(flops, 0.0)), np.log1p(np.maximum(moved, 0.0))])
+    columns = [np.log1p(np.maximum(flops, 0.0)), np.log1p(np.maximum(moved, 0.0))]
+    if op in OP_DERIVED:
+        columns += _op_derived(op, params, flops, moved)
+    return np.column_stack(columns)
+
+
+def _op_col(params: pd.DataFrame, name: str, default: float) -> np.ndarray:
+    if name not in params.columns:
+        return np.full(len(params), default)
+    return pd.to_numeric(params[name], errors="coerce").to_numpy(dtype=float)
+
+
+def _op_derived(op: str, params: pd.DataFrame, flops: np.ndarray, moved: np.ndarray) -> list[np.ndarray]:
+    """conv2d as the implicit GEMM cuDNN runs: M = B·OH·OW output pixels, N = OC, K = IC/groups·FH·FW; the number
+    of output tiles (:data:`CONV_TILE`), whose waves over the SMs set a large conv's time; and the arithmetic
+    intensity flops / bytes against the GPU's ridge point (a per-GPU constant the model learns). ln of each."""
+    b, h, ic, oc = (_op_col(params, c, 1.0) for c in ("B", "H", "IC", "OC"))
+    fh, fw = _op_col(params, "FH", 1.0), _op_col(params, "FW", 1.0)
+    stride, dilation = _op_col(params, "stride", 1.0), _op_col(params, "dilation", 1.0)
+    groups = np.where(_op_col(params, "is_depthwise", 0.0) > 0, ic, _op_col(params, "groups", 1.0))
+    oh = np.maximum(np.floor((h - dilation * (fh - 1) - 1) / stride) + 1, 1)
+    ow = np.maximum(np.floor((h - dilation * (fw - 1) - 1) / stride) + 1, 1)
+    m, n, k = b * oh * ow, oc, ic / np.maximum(groups, 1.0) * fh * fw
+    tiles = np.ceil(m / CONV_TILE[0]) * np.ceil(n / CONV_TILE[1])
+    intensity = np.maximum(flops, 1.0) / np.maximum(moved, 1.0)
+    return [np.log(np.maximum(v, 1e-9)) for v in (m, n, k, tiles, intensity)]
 
 
 # Ops whose leading batch dimension only adds rows: [B, M, N] runs as [1, B·M, N] (layer_norm normalises over N, so
@@ -151,8 +183,9 @@ def transform(spec: FeatureSpec, params: pd.DataFrame) -> np.ndarray:
     full = _with_constants(params[[c for c in params.columns if c in spec.params or c in spec.constants]],
                            spec.constants).astype(float)
     derived = _derived(spec.op, spec.pass_, spec.dtype, full)
+    names = [*DERIVED, *OP_DERIVED.get(spec.op, ())]
     for name in spec.derived:
-        columns.append(derived[:, DERIVED.index(name)])
+        columns.append(derived[:, names.index(name)])
     return np.column_stack(columns) if columns else np.zeros((len(params), 0))
 
 

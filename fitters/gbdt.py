@@ -3,7 +3,9 @@
 A few seeded candidates (loss: absolute error, robust to outlier timings, or squared error; learning rate, leaves,
 L2) are scored on a validation part of the training rows with early stopping, by the geometric mean of |error| in
 ln-time (the analogue of the reported GMAE); the best is refitted on all training rows with its number of boosting
-iterations. Saved with skops; loading trusts exactly the scikit-learn types of this family (nothing else is accepted).
+iterations. A forward GEMM model (fully_connected, bmm) keeps its trained range and prices GEMMs beyond it by
+waves (:func:`fitters.gemm_shapes.scaled_forward`), where trees stay flat. Saved with skops; loading trusts exactly
+the scikit-learn types of this family (nothing else is accepted).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import skops.io as sio
 from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
-from fitters import features as feats
+from fitters import features as feats, gemm_shapes
 from fitters.model import Model, TrainConfig, TrainingSet
 from fitters.split import split_rows
 from fitters.torch_train import candidates
@@ -43,17 +45,23 @@ class GBDTModel(Model):
 
     family = "gbdt"
 
-    def __init__(self, spec: feats.FeatureSpec, estimator: HistGradientBoostingRegressor, info: dict[str, Any]):
+    def __init__(self, spec: feats.FeatureSpec, estimator: HistGradientBoostingRegressor, info: dict[str, Any],
+                 gemm_bounds: dict[str, float] | None = None):
         self.spec, self.estimator, self.info = spec, estimator, info
+        self.gemm_bounds = gemm_bounds   # a forward GEMM's trained range: beyond it, waves (gemm_shapes)
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        return gemm_shapes.scaled_forward(self._predict, self.spec.op, frame, self.gemm_bounds)
+
+    def _predict(self, frame: pd.DataFrame) -> np.ndarray:
         with threadpool_limits(OPENMP_THREADS):
             return np.exp(self.estimator.predict(feats.transform(self.spec, frame)))
 
     def config(self) -> dict[str, Any]:
         chosen = {k: self.estimator.get_params()[k] for k in FIRST}
         return {"features": self.spec.to_dict(), **chosen, "max_iter": int(self.estimator.max_iter),
-                "min_samples_leaf": int(self.estimator.min_samples_leaf), "search": self.info}
+                "min_samples_leaf": int(self.estimator.min_samples_leaf), "search": self.info,
+                "gemm_bounds": self.gemm_bounds}
 
     def save_weights(self, directory: Path) -> None:
         sio.dump(self.estimator, directory / WEIGHTS_FILE)
@@ -65,7 +73,8 @@ class GBDTModel(Model):
         if untrusted - TRUSTED_TYPES:
             raise PmdbError(f"{path} holds types a GBDT model never has: {', '.join(sorted(untrusted - TRUSTED_TYPES))}")
         estimator = sio.load(path, trusted=sorted(untrusted))
-        return cls(feats.FeatureSpec.from_dict(config["features"]), estimator, config["search"])
+        return cls(feats.FeatureSpec.from_dict(config["features"]), estimator, config["search"],
+                   config.get("gemm_bounds"))
 
 
 def _estimator(hyper: dict[str, Any], seed: int, max_iter: int, min_leaf: int,
@@ -84,7 +93,9 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = 30.0, max_trials
     min_leaf = int(np.clip(len(y) // 50, 2, 20))
     trials = []
     with threadpool_limits(OPENMP_THREADS):
-        return _search(spec, x, y, inner, min_leaf, seed, deadline, max_trials)
+        model = _search(spec, x, y, inner, min_leaf, seed, deadline, max_trials)
+    model.gemm_bounds = gemm_shapes.forward_bounds(training.op, training.pass_, training.params)
+    return model
 
 
 def _search(spec: feats.FeatureSpec, x: np.ndarray, y: np.ndarray, inner: Any, min_leaf: int, seed: int,

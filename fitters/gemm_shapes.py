@@ -14,7 +14,7 @@ op and pass with it; a GPU whose tables hold only forward kernels (NeuSight) get
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -65,15 +65,88 @@ def orient(gemm: pd.DataFrame, bounds: Mapping[str, float] | None) -> pd.DataFra
     return out
 
 
+def chunk_rows(gemm: pd.DataFrame, max_rows: float | None) -> tuple[pd.DataFrame, np.ndarray]:
+    """A GEMM whose rows M lie above ``max_rows`` (the largest M a model was trained on) as k = ceil(M / max_rows)
+    GEMMs of ceil(M / k) rows each: (the GEMMs with M replaced by the chunk's rows, k per row). Its output tiles run
+    in k times the waves of one chunk, so a GEMM 2x or 4x beyond the trained rows costs 2x or 4x a trained one
+    instead of what a learned model extrapolates (flat, for trees). None or rows within: k = 1, unchanged."""
+    count = np.ones(len(gemm))
+    if not max_rows or max_rows <= 0 or "M" not in gemm.columns:
+        return gemm, count
+    m = gemm["M"].to_numpy(dtype=float)
+    beyond = m > max_rows
+    if not beyond.any():
+        return gemm, count
+    count[beyond] = np.ceil(m[beyond] / max_rows)
+    out = gemm.copy()
+    out["M"] = np.where(beyond, np.ceil(m / count), m)
+    return out, count
+
+
+def forward_bounds(op: str, pass_: str, params: pd.DataFrame) -> dict[str, float] | None:
+    """The largest GEMM a forward model of ``op`` was trained on, for :func:`scaled_forward`: {'M': max rows (B·M
+    for fully_connected), 'N': max columns, and for bmm 'B': max batch}; None for other ops and passes."""
+    if op not in GEMM_ALIASES or pass_ != "fwd" or "M" not in params.columns or params.empty:
+        return None
+    m = pd.to_numeric(params["M"], errors="coerce").to_numpy(dtype=float)
+    batch = pd.to_numeric(params["B"], errors="coerce").to_numpy(dtype=float) if "B" in params.columns else None
+    out = {"M": float(np.nanmax(m))}
+    if GEMM_ALIASES[op] == "fully_connected":
+        if batch is not None:
+            if np.unique(batch).size > 1:   # B is a feature of this model: rows are M alone
+                return None
+            out["M"] = float(np.nanmax(m * batch))
+    elif batch is not None:
+        out["B"] = float(np.nanmax(batch))
+    if "N" in params.columns:
+        out["N"] = float(pd.to_numeric(params["N"], errors="coerce").max())
+    return out
+
+
+def scaled_forward(predict: Callable[[pd.DataFrame], np.ndarray], op: str, frame: pd.DataFrame,
+                   bounds: Mapping[str, float] | None) -> np.ndarray:
+    """µs of each forward GEMM of ``frame`` by a learned forward model's ``predict``, scaled by waves beyond the rows
+    it was trained on (``bounds`` from :func:`forward_bounds`): a batched linear [B, M, K] is one GEMM of B·M rows;
+    a GEMM with more rows than trained is first :func:`orient`-ed (its transpose, when that fits), then run as
+    k = ceil(M / max M) chunks of rows (:func:`chunk_rows`), and a bmm with more batches than trained as
+    ceil(B / max B) batches of chunks: k times the time of one chunk, where trees and MLPs stay flat beyond their
+    data. Rows within the bounds are priced as they are (a linear's batch folded into its rows)."""
+    if not bounds or op not in GEMM_ALIASES or "M" not in frame.columns or frame.empty:
+        return np.asarray(predict(frame), dtype=float)
+    gemm = frame.reset_index(drop=True)
+    if GEMM_ALIASES[op] == "fully_connected" and "B" in gemm.columns:
+        batch = _col(gemm, "B")
+        if (batch != 1).any():
+            gemm = gemm.assign(M=_col(gemm, "M") * batch, B=1.0)
+    m_bound = bounds.get("M")
+    beyond = _col(gemm, "M") > (m_bound or np.inf)
+    if "B" in bounds and "B" in gemm.columns:
+        beyond |= _col(gemm, "B") > bounds["B"]
+    if not beyond.any():
+        return np.asarray(predict(gemm), dtype=float)
+    gemm = orient(gemm, bounds) if "N" in gemm.columns else gemm
+    gemm, count = chunk_rows(gemm, m_bound)
+    if "B" in bounds and "B" in gemm.columns:
+        batches = np.maximum(np.ceil(_col(gemm, "B") / bounds["B"]), 1.0)
+        gemm = gemm.assign(B=np.ceil(_col(gemm, "B") / batches))
+        count = count * batches
+    return np.asarray(predict(gemm), dtype=float) * count
+
+
 def price(base: Model, op: str, pass_: str, params: pd.DataFrame,
           bounds: Mapping[str, float] | None = None) -> np.ndarray:
     """µs of each row: the forward model ``base`` summed over the op's GEMMs in one batched call (each GEMM
-    :func:`orient`-ed into the base's trained range when ``bounds`` are given)."""
-    parts = [orient(part, bounds) for part in shapes(op, pass_, params)]
+    :func:`orient`-ed into the base's trained range when ``bounds`` are given, and rows still beyond it priced as
+    :func:`chunk_rows`)."""
+    parts, counts = [], []
+    for part in shapes(op, pass_, params):
+        chunked, count = chunk_rows(orient(part, bounds), (bounds or {}).get("M"))
+        parts.append(chunked)
+        counts.append(count)
     frame = pd.concat(parts, ignore_index=True)
     if GEMM_ALIASES[op] == "fully_connected":
         frame = frame.drop(columns=["B"])  # fully_connected models were fitted with B constant (1)
-    times = np.asarray(base.predict(frame), dtype=float)
+    times = np.asarray(base.predict(frame), dtype=float) * np.concatenate(counts)
     return times.reshape(len(parts), len(params)).sum(axis=0)
 
 

@@ -3,6 +3,8 @@ depth and learning rate within a time budget, model selection on a validation pa
 
 When the budget allows, the chosen configuration is retrained on all training rows for the number of epochs that
 was best on validation (``refit`` in the description says whether that happened).
+A forward GEMM model (fully_connected, bmm) keeps its trained range and prices GEMMs beyond it by waves
+(:func:`fitters.gemm_shapes.scaled_forward`), where the network saturates.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fitters import features as feats
+from fitters import features as feats, gemm_shapes
 from fitters.model import Model, TrainingSet
 from fitters.split import split_rows
 from fitters.torch_train import Standardiser, TrainConfig, candidates, fit_selected, mlp_stack, xavier_init
@@ -30,14 +32,19 @@ class MLPModel(Model):
     family = "mlp"
 
     def __init__(self, spec: feats.FeatureSpec, x_scale: Standardiser, y_scale: Standardiser, hyper: dict[str, Any],
-                 state: dict[str, torch.Tensor], search_info: dict[str, Any]):
+                 state: dict[str, torch.Tensor], search_info: dict[str, Any],
+                 gemm_bounds: dict[str, float] | None = None):
         self.spec, self.x_scale, self.y_scale, self.hyper = spec, x_scale, y_scale, hyper
+        self.gemm_bounds = gemm_bounds   # a forward GEMM's trained range: beyond it, waves (gemm_shapes)
         self.search_info = search_info
         self.net = mlp_stack(len(spec.names), hyper["width"], hyper["depth"])
         self.net.load_state_dict(state)
         self.net.eval()
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        return gemm_shapes.scaled_forward(self._predict, self.spec.op, frame, self.gemm_bounds)
+
+    def _predict(self, frame: pd.DataFrame) -> np.ndarray:
         x = self.x_scale.apply(feats.transform(self.spec, frame))
         with torch.no_grad():
             out = self.net(torch.as_tensor(x, dtype=torch.float32)).squeeze(-1).double().numpy()
@@ -45,7 +52,8 @@ class MLPModel(Model):
 
     def config(self) -> dict[str, Any]:
         return {"features": self.spec.to_dict(), "x_scale": vars(self.x_scale), "y_scale": vars(self.y_scale),
-                **{k: self.hyper[k] for k in ("width", "depth", "lr")}, "search": self.search_info}
+                **{k: self.hyper[k] for k in ("width", "depth", "lr")}, "search": self.search_info,
+                "gemm_bounds": self.gemm_bounds}
 
     def save_weights(self, directory: Path) -> None:
         torch.save(self.net.state_dict(), directory / STATE_FILE)
@@ -55,7 +63,7 @@ class MLPModel(Model):
         state = torch.load(directory / STATE_FILE, weights_only=True)
         hyper = {k: config[k] for k in ("width", "depth", "lr")}
         return cls(feats.FeatureSpec.from_dict(config["features"]), Standardiser(**config["x_scale"]),
-                   Standardiser(**config["y_scale"]), hyper, state, config["search"])
+                   Standardiser(**config["y_scale"]), hyper, state, config["search"], config.get("gemm_bounds"))
 
 
 def fit(training: TrainingSet, seed: int = 0, budget_s: float = 60.0,
@@ -77,7 +85,8 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = 60.0,
 
     hyper, state, info = fit_selected(build, candidates(GRID, FIRST, seed), (x,), y, inner.train, inner.test,
                                       config, seed, budget_s)
-    return MLPModel(spec, x_scale, y_scale, hyper, _unwrap(state), info)
+    return MLPModel(spec, x_scale, y_scale, hyper, _unwrap(state), info,
+                    gemm_shapes.forward_bounds(training.op, training.pass_, training.params))
 
 
 class _Squeeze(torch.nn.Module):

@@ -1,8 +1,9 @@
 """NeuSight kernel tables (sitar-lab/NeuSight, ``<GPU>/<op>.csv.gz``): one row per measured forward kernel
-configuration, fp32, latency in **milliseconds** (stored as µs). Columns are found by their header names: ``OPName``,
-``Latency``, ``Device``, software versions (``Torch Version``, ``CUDA Version``, ``CUDNN Version``), ``Kernel Name``,
-launch geometry (``Grid x/y/z``, ``Block x/y/z``, ``Warps per SM``, ``Blocks per SM``), the optional ``Kernels``
-list (every kernel the op launched, in order, ';'-separated), then the op's shape columns.
+configuration, fp32, latency in **milliseconds** (stored as µs, see Times below). Columns are found by their
+header names: ``OPName``, ``Latency``, ``Device``, software versions (``Torch Version``, ``CUDA Version``,
+``CUDNN Version``), ``Kernel Name``, launch geometry (``Grid x/y/z``, ``Block x/y/z``, ``Warps per SM``,
+``Blocks per SM``), the optional ``Kernels`` list (every kernel the op launched, in order, ';'-separated), then the
+op's shape columns.
 
 Mapping onto pmdb's op vocabulary (``collectors/ops``) and parameters:
 
@@ -36,6 +37,11 @@ ceil(K / tileM) and Grid y ceil(M / tileN) (bmm: Grid z is B in all but ~40 of 8
 ``kernels`` keeps the launch: the ``Kernels`` list in order, the entry named by ``Kernel Name`` (compared without
 case) carrying the launch geometry and ``"main": true`` (first when the list lacks it). Software versions go to the
 platform row (torch, CUDA) and the run summary (with cuDNN).
+
+Times: each row's ``Latency`` is ONE call timed between two CUDA events, so it holds the table host's per-call
+floor. It is kept as ``single_call_us``; ``median_us`` is the kernel's device time with the floor removed, and the
+table's floor and the part removed go to ``host_floor_us`` and ``host_lead_us`` (per file and op:
+:mod:`collectors.importers.launch_floor`).
 """
 from __future__ import annotations
 
@@ -46,6 +52,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from collectors.importers import launch_floor
 from collectors.importers.common import import_error
 from collectors.importers.ops_common import FirstError, ParsedOps, Table, number_text, params_json, rows_frame
 
@@ -205,7 +212,10 @@ def parse(path: Path, table: Table) -> ParsedOps:
     for rows, op, shape in groups:
         count = int(rows.sum())
         config, params = params_json(shape, count)
-        parts.append(rows_frame(count, op=op, config=config, params=params, median_us=latency_ms[rows] * 1000.0,
+        latency_us = latency_ms[rows] * 1000.0
+        host = launch_floor.table_floor(latency_us)      # the table's per-call host floor (module docstring)
+        parts.append(rows_frame(count, op=op, config=config, params=params, median_us=host.device_us(latency_us),
+                                single_call_us=latency_us, host_floor_us=host.floor_us, host_lead_us=host.lead_us,
                                 kernels=None if kernels is None else kernels[rows]).set_index(np.flatnonzero(rows)))
     frame = pd.concat(parts).sort_index().reset_index(drop=True) if parts else rows_frame(0, op=[], config=[],
                                                                                              params=[], median_us=[])

@@ -39,10 +39,14 @@ SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
 DEVICE_KINDS = ("cuda", "cpu")
 # What a parser returns per row (``ParsedOps.rows``): config and params the canonical and the stored JSON text of the
 # op's parameters (``params_json``), times in µs, device '' where the file does not say, kernels JSON text or None.
+# Single-call latency tables (NeuSight) also give ``single_call_us`` (the latency as imported), ``host_floor_us`` and
+# ``host_lead_us`` (the table's per-call host floor and the part of it removed: ``launch_floor``); their ``median_us``
+# is then the kernel's device time. NaN where the source times kernels on the device itself.
 ROW_COLUMNS = ("op", "pass", "implementation", "dtype", "device", "config", "params", "median_us", "std_us",
-               "repetitions", "kernels")
+               "repetitions", "kernels", "single_call_us", "host_floor_us", "host_lead_us")
 _INSERTED = ("run_id", "platform", "op", "pass", "implementation", "dtype", "device", "cache_state", "params",
-             "config_key", "median_us", "std_us", "repetitions", "kernels", "source")
+             "config_key", "median_us", "std_us", "repetitions", "kernels", "source", "single_call_us",
+             "host_floor_us", "host_lead_us")
 
 
 @dataclass
@@ -269,13 +273,15 @@ def rows_frame(count: int, **columns: object) -> pd.DataFrame:
     """A ``ParsedOps.rows`` frame of ``count`` rows from per-row arrays or scalars (defaults: fwd, torch, float32,
     no device, no std, repetitions or kernels)."""
     defaults: dict[str, object] = {"pass": "fwd", "implementation": "torch", "dtype": "float32", "device": "",
-                                   "std_us": np.nan, "repetitions": np.nan, "kernels": None}
+                                   "std_us": np.nan, "repetitions": np.nan, "kernels": None, "single_call_us": np.nan,
+                                   "host_floor_us": np.nan, "host_lead_us": np.nan}
     unknown = set(columns) - set(ROW_COLUMNS)
     if unknown:
         raise TypeError(f"unknown row columns {sorted(unknown)}")
     frame = pd.DataFrame({name: columns.get(name, defaults.get(name)) for name in ROW_COLUMNS}, index=range(count))
     frame["median_us"] = frame["median_us"].astype(np.float64)
-    frame["std_us"] = frame["std_us"].astype(np.float64)
+    for name in ("std_us", "single_call_us", "host_floor_us", "host_lead_us"):
+        frame[name] = frame[name].astype(np.float64)
     frame["repetitions"] = pd.array(frame["repetitions"].astype(np.float64), dtype="Int64")
     return frame
 

@@ -217,3 +217,26 @@ def test_cli_registers_versions_for_a_spec_only_gpu(gpu_ws):
 ])
 def test_cli_bad_input_is_one_line(gpu_template, shared_data, args, pattern):
     one_line_error(cli(gpu_template.home, "fit", "cross-gpu", *args, "--no-progress"), pattern)
+
+
+def test_gemms_beyond_the_trained_rows_scale_by_waves(gpu_template, tmp_path):
+    with Store.open(gpu_template, read_only=True) as store:
+        data = cross_gpu.load_data(store, "fully_connected")
+    model = cross_gpu.fit(data, seed=0)
+    top = data.params["M"].max()
+    assert model.row_limit == top
+    sheet = gpu_specs.GpuSheet("Tesla V100-PCIE-32GB", 14.029e12, 900e9, 80, 64, 1370.0, 6 * 2 ** 20)
+    bound = model.for_gpu(sheet, "v100")
+    for n, k in ((1024.0, 1024.0), (4096.0, 1024.0), (768.0, 3072.0)):
+        frame = pd.DataFrame({"B": 1.0, "M": [top, 2 * top, 4 * top, 2.5 * top], "N": n, "K": k})
+        times = bound.predict(frame)
+        assert times[1] / times[0] == pytest.approx(2.0) and times[2] / times[0] == pytest.approx(4.0)
+        waves = cross_gpu.work_frame("fully_connected", "fwd", "float32", frame, V100.loc[[0] * 4])["waves"]
+        # 2.5x: three chunks of 5/6 of the rows, within one wave of the waves' own ratio
+        assert abs(times[3] / times[0] - waves[3] / waves[0]) <= 1.0 / waves[0] + 0.15
+        batched = bound.predict(pd.DataFrame({"B": [4.0], "M": [top], "N": [n], "K": [k]}))
+        assert batched[0] == pytest.approx(times[2])               # B·M rows: the same GEMM
+    loaded = cross_gpu.CrossGpuModel.from_saved(bound.config(), bound.save(tmp_path / "m"))
+    assert loaded.row_limit == top
+    old = bound.config() | {"row_limit": None}                     # a version saved before: trees as they are
+    assert cross_gpu.CrossGpuModel.from_saved(old, tmp_path / "m").row_limit is None

@@ -56,3 +56,27 @@ def test_embedding_tables_pad_and_check_lists():
         feats.embedding_tables(bad)
     with pytest.raises(PmdbError, match="needs columns reuse_factors"):
         feats.embedding_tables(frame.drop(columns=["reuse_factors"]))
+
+
+def test_conv2d_gets_its_implicit_gemm_features_and_older_specs_still_transform():
+    """conv2d [B, IC, H, H] * [OC, IC, 3, 3], stride 1, no padding in H (pmdb's H includes it): the implicit GEMM
+    has M = B·OH·OW output pixels, N = OC, K = IC·9, ceil(M/128)·ceil(N/64) output tiles."""
+    params = pd.DataFrame({"B": [1.0, 8.0, 32.0], "IC": [3.0, 64.0, 256.0], "OC": [64.0, 128.0, 512.0],
+                           "H": [34.0, 58.0, 16.0], "FH": 3.0, "FW": 3.0, "stride": 1.0, "dilation": 1.0,
+                           "is_depthwise": 0.0})
+    spec = feats.build_spec("conv2d", "fwd", "float32", params)
+    assert spec.derived == (*feats.DERIVED, *feats.CONV_DERIVED)
+    x = pd.DataFrame(feats.transform(spec, params), columns=spec.names)
+    oh = params["H"] - 2
+    m, n, k = params["B"] * oh * oh, params["OC"], params["IC"] * 9
+    np.testing.assert_allclose(np.exp(x["ln_gemm_m"]), m)
+    np.testing.assert_allclose(np.exp(x["ln_gemm_n"]), n)
+    np.testing.assert_allclose(np.exp(x["ln_gemm_k"]), k)
+    np.testing.assert_allclose(np.exp(x["ln_tiles"]), np.ceil(m / 128) * np.ceil(n / 64))
+    np.testing.assert_allclose(np.exp(x["ln_intensity"]), np.exp(x["ln_flops"] - x["ln_bytes"]), rtol=1e-4)
+    assert x["ln_intensity"].is_monotonic_increasing          # bigger convs reuse each byte more
+    # a conv model saved before these features (derived = ln_flops, ln_bytes) transforms as it did
+    old = feats.FeatureSpec.from_dict({**spec.to_dict(), "derived": list(feats.DERIVED)})
+    np.testing.assert_allclose(feats.transform(old, params), x[old.names].to_numpy())
+    # other ops keep the two derived features
+    assert feats.build_spec("fully_connected", "fwd", "float32", _params()).derived == feats.DERIVED

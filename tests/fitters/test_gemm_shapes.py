@@ -86,6 +86,22 @@ def test_a_gemm_beyond_the_trained_rows_is_priced_transposed(tmp_path):
     np.testing.assert_allclose(loaded.predict(gemm), model.predict(gemm))
 
 
+def test_rows_beyond_the_trained_ones_are_priced_in_chunks():
+    gemm = pd.DataFrame({"B": [1.0] * 4, "M": [8192.0, 16384.0, 32768.0, 20000.0], "N": [1024.0] * 4,
+                         "K": [4096.0] * 4})
+    chunked, count = gemm_shapes.chunk_rows(gemm, 8192.0)
+    assert count.tolist() == [1, 2, 4, 3] and chunked["M"].tolist() == [8192.0, 8192.0, 8192.0, 6667.0]
+    assert gemm_shapes.chunk_rows(gemm, None)[0] is gemm
+    # a learned base that saturates beyond its rows (here: M clipped at 8192) no longer does
+    flat = RooflineModel("fully_connected", "fwd", "float32", 1e12, 1e11, t0_us=5.0)
+    flat.predict = lambda frame, base=flat.predict: base(frame.assign(M=frame["M"].clip(upper=8192.0)))
+    model = gemm_shapes.GemmShapesModel(flat, "fully_connected", "fwd", bounds={"M": 8192.0, "N": 8192.0})
+    times = model.predict(gemm)
+    assert times[1] / times[0] == pytest.approx(2.0) and times[2] / times[0] == pytest.approx(4.0)
+    assert times[3] / times[0] == pytest.approx(20000 / 8192, rel=0.01)
+    assert flat.predict(gemm)[2] == pytest.approx(flat.predict(gemm)[0])
+
+
 def test_imported_neusight_linear_rows_give_the_gemms_cublas_ran(shared_data):
     """Real V100 linear rows: pmdb's (M, N, K) after import are the rows, output columns and reduction, so the
     forward GEMM's output tiles match the cuBLAS grid (Grid x = ceil(N / tile rows), Grid y = ceil(M / tile cols)),
@@ -108,3 +124,66 @@ def test_imported_neusight_linear_rows_give_the_gemms_cublas_ran(shared_data):
     dx, dw = gemm_shapes.shapes("fully_connected", "bwd", params)
     np.testing.assert_array_equal(dx[["M", "N", "K"]].to_numpy(), fwd[["M", "K", "N"]].to_numpy())
     np.testing.assert_array_equal(dw[["M", "N", "K"]].to_numpy(), fwd[["N", "K", "M"]].to_numpy())
+
+
+def _neusight_gemm(shared_data, table: str, rows: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """A seeded sample of a real V100 NeuSight GEMM table as pmdb parameters and single-call µs."""
+    from collectors.importers import neusight
+
+    raw = gzip.decompress((shared_data / "gpu_kernels" / "neusight" / "Tesla_V100-PCIE-32GB" / f"{table}.csv.gz")
+                          .read_bytes())
+    sample = pd.read_csv(io.BytesIO(raw)).sample(rows, random_state=0)
+    _, _, mapping = neusight.OPS[table]
+    shape = mapping({c: sample[c].to_numpy(dtype=float) for c in ("B", "M", "N", "K")})
+    params = pd.DataFrame({c: np.broadcast_to(np.asarray(shape[c], dtype=float), rows) for c in "BMNK"})
+    return params, sample["Latency"].to_numpy(dtype=float) * 1e3
+
+
+@pytest.mark.parametrize("family", ["gbdt", "mlp"])
+def test_forward_gemm_models_scale_by_waves_beyond_the_table_rows(shared_data, tmp_path, family):
+    """A learned forward GEMM model (fitted on real V100 linear / bmm rows, M <= 8192 / B, M <= 1025) prices a GEMM
+    2x and 4x beyond its trained rows (or bmm batches) at 2x and 4x the largest trained one (a tree alone is flat
+    beyond its data; an MLP's growth there is whatever its last layer extrapolates)."""
+    from fitters import gbdt, mlp
+    from fitters.model import TrainConfig, TrainingSet
+
+    for table, op in (("linear", "fully_connected"), ("bmm", "bmm")):
+        params, times = _neusight_gemm(shared_data, table, 1500)
+        training = TrainingSet(op, "fwd", "float32", params, times, np.arange(len(params)).astype(str))
+        model = (gbdt.fit(training, 0, 2.0, max_trials=1) if family == "gbdt" else
+                 mlp.fit(training, 0, 2.0, TrainConfig(max_trials=1, max_epochs=60, min_epochs=20)))
+        bounds = model.gemm_bounds
+        assert bounds["M"] == params["M"].max() and bounds["N"] == params["N"].max()
+        assert ("B" in bounds) == (op == "bmm")
+        base = {"B": 1.0, "M": bounds["M"], "N": 1024.0 if op == "bmm" else bounds["N"], "K": 1024.0}
+        grow = ["M", "B"] if op == "bmm" else ["M"]
+        for dim in grow:
+            if op == "bmm":
+                base["B"] = 8.0 if dim == "M" else bounds["B"]
+            gemm = pd.DataFrame([{**base, dim: base[dim] * f} for f in (1, 2, 4)])
+            times_out = model.predict(gemm)
+            assert times_out[1] / times_out[0] == pytest.approx(2.0, rel=0.02), (op, dim)
+            assert times_out[2] / times_out[0] == pytest.approx(4.0, rel=0.02), (op, dim)
+        inside = params.iloc[:50]
+        np.testing.assert_array_equal(model.predict(inside), model._predict(inside))
+        loaded = load_dir(model.save(tmp_path / f"{family}-{op}"))
+        assert loaded.gemm_bounds == bounds
+        np.testing.assert_allclose(loaded.predict(gemm), model.predict(gemm), rtol=1e-6)
+
+
+def test_a_batched_linear_is_one_gemm_of_its_rows():
+    seen = []
+
+    def predict(frame: pd.DataFrame) -> np.ndarray:
+        seen.append(frame.copy())
+        return frame["M"].to_numpy(dtype=float)
+
+    bounds = gemm_shapes.forward_bounds("fully_connected", "fwd", pd.DataFrame({"B": [1.0, 1.0], "M": [8.0, 8192.0],
+                                                                               "N": [4.0, 70000.0], "K": [2.0, 3.0]}))
+    assert bounds == {"M": 8192.0, "N": 70000.0}
+    assert gemm_shapes.forward_bounds("relu", "fwd", pd.DataFrame({"M": [1.0]})) is None
+    assert gemm_shapes.forward_bounds("fully_connected", "bwd", pd.DataFrame({"M": [1.0]})) is None
+    frame = pd.DataFrame({"B": [4.0, 8.0], "M": [2048.0, 2048.0], "N": [70000.0] * 2, "K": [64.0] * 2})
+    out = gemm_shapes.scaled_forward(predict, "fully_connected", frame, bounds)
+    assert seen[-1]["M"].tolist() == [8192.0, 8192.0] and (seen[-1]["B"] == 1).all()
+    assert out.tolist() == [8192.0, 16384.0]        # 4·2048 rows once; 8·2048 rows as two chunks of 8192

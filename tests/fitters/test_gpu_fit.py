@@ -100,10 +100,11 @@ def test_backward_gemms_are_priced_from_the_forward_champion(shared_data, fitted
         assert ref is not None and ref.family == "gemm_shapes"
         frame = params.assign(B=[1.0, 4.0, 12.0]) if op == "bmm" else params
         assert ref.model.bounds["M"] > 1 and ref.model.bounds["N"] > 1     # the forward training range
-        parts = [gemm_shapes.orient(p, ref.model.bounds) for p in gemm_shapes.shapes(op, "bwd", frame)]
+        parts = [gemm_shapes.chunk_rows(gemm_shapes.orient(p, ref.model.bounds), ref.model.bounds["M"])
+                 for p in gemm_shapes.shapes(op, "bwd", frame)]          # rows beyond the trained ones: chunks
         if op == "fully_connected":
-            parts = [p.drop(columns=["B"]) for p in parts]
-        expected = sum(np.asarray(forward.predict(p)) for p in parts)
+            parts = [(p.drop(columns=["B"]), k) for p, k in parts]
+        expected = sum(np.asarray(forward.predict(p)) * k for p, k in parts)
         np.testing.assert_allclose(ref.model.predict(frame), expected, rtol=1e-6)
         assert (expected > 0).all()
 

@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -101,9 +102,14 @@ def test_each_neusight_op_lands_with_its_mapping(store, shared_data, tmp_path, o
     assert set(rows["pass"]) == {"fwd"} and set(rows["cache_state"]) == {"device"}
     assert set(rows["device"]) == {"cuda:0"} and set(rows["dtype"]) == {"float32"}
     assert rows["run_id"].eq(report.run_id).all() and rows["config_key"].str.len().eq(64).all()
+    latency = raw["Latency"].astype(float).to_numpy() * 1000.0                 # ms -> µs
+    floor = np.quantile(latency, 0.01)                                          # the file's host floor
+    assert rows["host_floor_us"].to_numpy() == pytest.approx(np.full(50, floor), rel=1e-12)
+    assert rows["host_lead_us"].to_numpy() == pytest.approx(np.full(50, 0.56 * floor), rel=1e-12)
     for (_, row), (_, src) in zip(rows.iterrows(), raw.iterrows()):
         assert json.loads(row["params"]) == expect(src)
-        assert row["median_us"] == pytest.approx(float(src["Latency"]) * 1000.0, rel=1e-12)  # ms -> µs
+        assert row["single_call_us"] == pytest.approx(float(src["Latency"]) * 1000.0, rel=1e-12)   # kept as read
+        assert row["median_us"] == pytest.approx(row["single_call_us"] - 0.56 * floor, rel=1e-12)  # device time
         kernels = json.loads(row["kernels"])
         main = [k for k in kernels if k.get("main")]
         assert len(main) == 1 and main[0]["name"] == src["Kernel Name"]
@@ -236,6 +242,7 @@ def test_generic_csv_and_parquet_with_each_time_form(store, tmp_path, form):
     assert report.imported == [(path, 4, "bmm,fully_connected,layer_norm,my_fused_op")]
     rows = stored(store)
     assert rows["median_us"].tolist() == pytest.approx(times_us, rel=1e-12)
+    assert rows[["single_call_us", "host_floor_us", "host_lead_us"]].isna().all().all()   # device times as given
     assert [json.loads(p) for p in rows["params"]] == [
         {"B": 1, "M": 64, "N": 128, "K": 256}, {"B": 4, "M": 8, "N": 16, "K": 32}, {"B": 2, "M": 32, "N": 1024},
         {"M": 7, "Q": 3.5}]
