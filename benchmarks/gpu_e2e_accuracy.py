@@ -7,21 +7,24 @@ From an empty workspace, every step an ordinary pmdb command (printed as it runs
 2. fit the V100's own kernel models (`pmdb fit --platform V100 --all`) and cross-GPU models for the L4
    (`pmdb fit cross-gpu --target L4`, trained on the five table GPUs); kernel models are fitted on kernel tables
    only, never on the labels;
-3. a GPU host launch path: the shared RTX 2080 Ti Kineto traces imported and their T1-T5 fitted (the labelled GPUs
-   have no traces here: their predictions borrow this table, `--overheads-from`, and say so);
+3. today's GPU host path: the shared H200 trace (torch 2.11, Kineto + ET in one pass) imported with its unprofiled
+   step time (`--measured-ms` from its run.json) and its T1-T5 fitted (the profiled host path scaled to the
+   unprofiled step, fitters/overheads.py); the labelled GPUs have no traces here, so their predictions borrow this
+   table as the default lender (no `--overheads-from`), and the results name the lender;
 4. each labelled model captured shape-only on this CPU (`pmdb collect workload transformer --graph-only`), the labels
    imported (`pmdb collect import-e2e`), and each capture predicted on each GPU (`pmdb predict --target-platform`);
 5. the table: per run the label's forward, backward and step, pmdb's, the errors, the published anchors on the same
-   runs and the share of the predicted work that no kernel model priced.
+   runs, the lender and the share of the predicted work that no kernel model priced; the host path against the
+   device per run and GPU; per run the diagnosis (benchmarks/gpu_node_diagnosis.py): pmdb's device time per node
+   kind against the label's per-node breakdown, the ten largest gaps first (diagnosis only, never fitted on).
 
     .venv/bin/python benchmarks/gpu_e2e_accuracy.py [--shared ../shared/data] [--workspace DIR] [--out FILE]
 """
 from __future__ import annotations
 
-import argparse
 import json
+import statistics
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,9 +32,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from gpu_node_diagnosis import run_diagnosis  # noqa: E402
+from pmdb_commands import Commands, workspace_parser  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
-PMDB = [sys.executable, "-m", "pmdb"]
-V100, L4, LENDER = "tesla-v100-pcie-32gb", "nvidia-l4", "rtx2080ti"
+V100, L4, LENDER = "tesla-v100-pcie-32gb", "nvidia-l4", "nvidia-h200"
+H200_TRACE = Path("traces") / "gpu" / "h200_gpt2_large"
+H200_SHEET = Path("gpu_kernels") / "device_configs_extra" / "NVIDIA_H200.json"
 LABEL_DIRS = {V100: "Tesla_V100-PCIE-32GB", L4: "NVIDIA_L4"}
 TABLE_DIRS = ("NVIDIA_A100-PCIE-40GB", "Tesla_P100-PCIE-16GB", "Tesla_P4", "Tesla_T4", "Tesla_V100-PCIE-32GB")
 TABLE_PLATFORMS = {"NVIDIA_A100-PCIE-40GB": "nvidia-a100-pcie-40gb", "Tesla_P100-PCIE-16GB": "tesla-p100-pcie-16gb",
@@ -41,45 +50,21 @@ RUNS = (("bert_large", 512, 2), ("bert_large", 512, 8), ("gpt2_large", 1024, 1))
 ANCHORS = {(V100, "bert_large", 2): (13.6, 3.3), (V100, "bert_large", 8): (3.1, 3.4), (V100, "gpt2_large", 1): (10.0, 9.5),
            (L4, "bert_large", 2): (3.3, None), (L4, "bert_large", 8): (15.6, None), (L4, "gpt2_large", 1): (2.8, None)}
 TARGETS = {V100: 5.0, L4: 10.0}
+NEUSIGHT_L4_MEAN = 7.2   # NeuSight's mean |step error| over the three L4 runs (%), the L4 target's bar
 
 
-def pmdb(home: Path, *args: str, log: list[str]) -> str:
-    """Run one pmdb command in the workspace; its output (stderr included) or an error naming the command."""
-    command = [*PMDB, "--home", str(home), *args]
-    shown = "pmdb " + " ".join(args)
-    print(f"$ {shown}", flush=True)
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"})
-    seconds = time.perf_counter() - started
-    log.append(f"| `{shown[:110]}` | {seconds:.1f} |")
-    if done.returncode != 0:
-        raise SystemExit(f"gpu_e2e_accuracy: `{shown}` failed ({done.returncode}):\n{done.stdout[-2000:]}"
-                         f"{done.stderr[-2000:]}")
-    return done.stdout + done.stderr
-
-
-def sql(home: Path, query: str, log: list[str]) -> list[dict]:
-    return json.loads(pmdb(home, "sql", query, "--format", "json", log=log) or "[]")
+_COMMANDS = Commands("gpu_e2e_accuracy")
+pmdb, sql = _COMMANDS.run, _COMMANDS.sql
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data",
-                        help="the shared data folder (default ../shared/data beside the project)")
-    parser.add_argument("--workspace", type=Path, default=None,
-                        help="workspace to build (default: a new temporary one; must not exist)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "gpu_e2e_accuracy.md", help="Markdown results file")
-    parser.add_argument("--fit-budget-minutes", type=float, default=4.0,
-                        help="time budget of `pmdb fit --platform V100 --all` (default 4)")
+    parser = workspace_parser(__doc__, RESULTS / "gpu_e2e_accuracy.md", 4.0, "the V100")
     parser.add_argument("--cross-gpu-max-rows", type=int, default=3000,
                         help="rows per source GPU and op for the L4's cross-GPU models (a seeded sample)")
     args = parser.parse_args(argv)
     kernels = args.shared / "gpu_kernels" / "neusight"
     labels = args.shared / "gpu_e2e" / "neusight_labels"
-    traces = args.shared / "traces" / "gpu"
-    for needed in (kernels / "device_configs", labels / "model_configs", traces / "param_linear"):
+    for needed in (kernels / "device_configs", labels / "model_configs", args.shared / H200_TRACE):
         if not needed.is_dir():
             print(f"gpu_e2e_accuracy: {needed} is missing (the shared data folder; see --shared)", file=sys.stderr)
             return 2
@@ -99,9 +84,11 @@ def main(argv: list[str] | None = None) -> int:
          "--no-progress", log=log)
     pmdb(home, "fit", "cross-gpu", "--target", L4, "--max-rows", str(args.cross_gpu_max_rows), "--no-progress",
          log=log)
-    for name in ("param_linear", "param_resnet"):
-        pmdb(home, "collect", "trace", "--kineto", str(traces / name / "kineto.json.gz"), "--et",
-             str(traces / name / "et.json.gz"), "--platform", LENDER, "--workload", name, log=log)
+    h200 = args.shared / H200_TRACE
+    unprofiled_ms = json.loads((h200 / "run.json").read_text())["unprofiled_step_ms"]
+    pmdb(home, "platform-specs", str(args.shared / H200_SHEET), log=log)
+    pmdb(home, "collect", "trace", "--kineto", str(h200 / "kineto.json.gz"), "--et", str(h200 / "et.json.gz"),
+         "--platform", LENDER, "--workload", "h200_gpt2_large", "--measured-ms", str(unprofiled_ms), log=log)
     pmdb(home, "fit", "overheads", "--platform", LENDER, log=log)
     for platform, folder in LABEL_DIRS.items():
         files = [labels / folder / f"{model}-train-{seq}-{batch}.json" for model, seq, batch in RUNS]
@@ -116,16 +103,26 @@ def main(argv: list[str] | None = None) -> int:
         capture_s[(model, seq, batch)] = time.perf_counter() - t0
     sets = sql(home, "SELECT t.trace_set_id, w.name, w.batch_size FROM v_trace_sets t JOIN workloads w "
                      "USING (workload_id) WHERE t.source = 'captured' ORDER BY t.trace_set_id", log)
+    timelines = home.parent / "timelines"
+    timelines.mkdir(exist_ok=True)
+    diagnoses: list[str] = []
     for row in sets:
-        for platform in LABEL_DIRS:
+        run = next((m, s, b) for m, s, b in RUNS if row["name"].startswith(m) and b == int(row["batch_size"]))
+        for platform, folder in LABEL_DIRS.items():
+            stem = f"{run[0]}-train-{run[1]}-{run[2]}"
+            timeline = timelines / f"{platform}-{stem}.json.gz"
             pmdb(home, "predict", "--trace-set", str(row["trace_set_id"]), "--target-platform", platform,
-                 "--overheads-from", LENDER, log=log)
+                 "--export-trace", str(timeline), log=log)
+            diagnoses += run_diagnosis(labels / folder / f"{stem}.csv.gz", labels / folder / f"{stem}.json",
+                                       timeline, f"{platform} {run[0]} b{run[2]}")
     results = sql(home, "SELECT e.platform, e.workload, e.batch_size, e.predicted_fw_us, e.measured_fw_us, "
                         "e.predicted_bw_us, e.measured_bw_us, e.predicted_step_us, e.measured_step_us, "
-                        "e.step_rel_error, e.fw_rel_error, e.bw_rel_error, CAST(p.unmodelled AS VARCHAR) AS unmodelled "
+                        "e.step_rel_error, e.fw_rel_error, e.bw_rel_error, CAST(p.unmodelled AS VARCHAR) AS unmodelled, "
+                        "o.platform AS lender, p.device_active_us, CAST(p.per_rank AS VARCHAR) AS per_rank "
                         "FROM v_phase_errors e JOIN predictions p USING (prediction_id) "
+                        "LEFT JOIN overhead_versions o ON o.overhead_version = p.overhead_version "
                         "ORDER BY e.platform DESC, e.workload, e.batch_size", log)
-    report = render(results, capture_s, log, load_before, time.perf_counter() - started)
+    report = render(results, capture_s, log, load_before, time.perf_counter() - started, diagnoses)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
     print(report)
@@ -140,17 +137,25 @@ def _unpriced(unmodelled: str | None) -> tuple[float, float]:
     return 100 * roof, none
 
 
-def render(results: list[dict], capture_s: dict, log: list[str], load_before: tuple, wall_s: float) -> str:
+def _host_ms(per_rank: str | None) -> float | None:
+    """The predicted host path of rank 0 (ms) from a prediction's per-rank summary."""
+    ranks = json.loads(per_rank) if per_rank else []
+    return None if not ranks or ranks[0].get("cpu_us") is None else ranks[0]["cpu_us"] / 1e3
+
+
+def render(results: list[dict], capture_s: dict, log: list[str], load_before: tuple, wall_s: float,
+           diagnoses: list[str]) -> str:
     """The Markdown results file."""
     lines = [f"# GPU training steps predicted without a GPU — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
              f"Machine: {os.cpu_count()} cores, load average before {load_before[0]:.2f} / after "
              f"{os.getloadavg()[0]:.2f}; whole benchmark {wall_s / 60:.1f} min. Ground truth: NeuSight's labels "
              f"(fw = model call, bw = loss.backward(), step = fw + bw; mean of the 5 fastest of 25). Kernel models "
              f"fitted on the NeuSight kernel tables only (V100: its own tables; L4: cross-GPU models from the five "
-             f"table GPUs and the L4's spec sheet). Host overheads borrowed from the RTX 2080 Ti traces.", "",
+             f"table GPUs and the L4's spec sheet). Host overheads (T1-T5): the default lender, today's host path "
+             f"from the H200 trace (torch 2.11; its profiled host path scaled to the unprofiled step).", "",
              "| GPU | run | label fw / bw / step ms | pmdb fw / bw / step ms | fw err | bw err | step err | "
-             "NeuSight | Habitat | target | roofline-priced work | unpriced ops |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "NeuSight | Habitat | target | lender | roofline-priced work | unpriced ops |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         model = next((m for m, _, b in RUNS if r["workload"] and r["workload"].startswith(m)
                       and b == int(r["batch_size"] or 0)), None)
@@ -164,11 +169,46 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
             f"{r['predicted_fw_us'] / 1e3:.1f} / {r['predicted_bw_us'] / 1e3:.1f} / {r['predicted_step_us'] / 1e3:.1f} | "
             f"{100 * r['fw_rel_error']:+.1f}% | {100 * r['bw_rel_error']:+.1f}% | {step:+.1f}% | "
             f"{'-' if neusight is None else f'{neusight:.1f}%'} | {'-' if habitat is None else f'{habitat:.1f}%'} | "
-            f"< {target:.0f}%: {'met' if target and abs(step) < target else 'NOT met'} | {roof:.1f}% | {unpriced:.0f} |")
+            f"< {target:.0f}%: {'met' if target and _met(r, target) else 'NOT met'} | {r['lender'] or 'none'} | "
+            f"{roof:.1f}% | {unpriced:.0f} |")
+    lines += ["", *_targets(results), "", "Host path against device (pmdb, rank 0): a step is host-bound where the "
+              "host path is the longer.", "", "| GPU | run | host path ms | device busy ms | bound by | label step ms |",
+              "|---|---|---|---|---|---|"]
+    for r in results:
+        host = _host_ms(r["per_rank"])
+        device = (r["device_active_us"] or 0.0) / 1e3
+        bound = "-" if host is None else ("host" if host > device else "device")
+        lines.append(f"| {r['platform']} | {r['workload']} b{r['batch_size']} | "
+                     f"{'-' if host is None else f'{host:.1f}'} | {device:.1f} | {bound} | "
+                     f"{r['measured_step_us'] / 1e3:.1f} |")
+    lines += ["", "## Per-op diagnosis (pmdb's device time per node kind against the label's per-node breakdown; "
+              "layer-0 nodes times num_layer; diagnosis only, never fitted on)", "", *diagnoses]
     lines += ["", "Shape-only captures (this machine, wall time of the whole command):", ""]
     lines += [f"- {m} batch {b} seq {s}: {t:.1f} s" for (m, s, b), t in capture_s.items()]
     lines += ["", "Steps:", "", "| command | s |", "|---|---|", *log, ""]
     return "\n".join(lines)
+
+
+def _met(r: dict, target: float) -> bool:
+    """Every phase (fw, bw, step) of the run within the target (%)."""
+    return all(abs(100 * r[k]) < target for k in ("fw_rel_error", "bw_rel_error", "step_rel_error"))
+
+
+def _targets(results: list[dict]) -> list[str]:
+    """One line per target of the issue: met or not, with the numbers."""
+    out = []
+    for platform, target in TARGETS.items():
+        rows = [r for r in results if r["platform"] == platform]
+        worst = max((abs(100 * r[k]) for r in rows for k in ("fw_rel_error", "bw_rel_error", "step_rel_error")),
+                    default=float("nan"))
+        out.append(f"- {platform}: every run's fw / bw / step within {target:.0f}%: "
+                   f"{'met' if rows and worst < target else 'NOT met'} (worst {worst:.1f}%)")
+    l4 = [abs(100 * r["step_rel_error"]) for r in results if r["platform"] == L4]
+    if l4:
+        mean = statistics.mean(l4)
+        out.append(f"- {L4}: mean |step error| {mean:.1f}% against NeuSight's {NEUSIGHT_L4_MEAN}%: "
+                   f"{'met' if mean < NEUSIGHT_L4_MEAN else 'NOT met'}")
+    return out
 
 
 if __name__ == "__main__":

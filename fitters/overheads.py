@@ -34,10 +34,22 @@ Common to both: negative values are clamped to 0; samples are raw (profiler even
 (op name, kind) keeps the samples within [Q1 - 1.5 IQR, Q3 + 1.5 IQR] for its mean, std and count. Kineto traces
 recorded together with an execution trace ('kineto+et') are left out by default: the ET observer's cost lands
 inside op durations there.
+
+The profiled host path (GPU platforms). A profiler, and far more an ET observer recording in the same pass, slows
+the host: every recorded op event costs it ~10-20 µs (a no-work ``aten::view`` lasts ~19 µs in the H200 joint
+pass, ``aten::lift_fresh`` 12 µs) while kernels run at their speed. When the trace set was given its unprofiled
+iteration time (``collect trace --measured-ms``) and the profiled iteration was host-bound (the device busy under
+HOST_BOUND_SHARE of it), every sample of that trace is scaled by unprofiled / profiled iteration
+(:func:`host_scale`): the host path then takes at most the unprofiled step, which it cannot exceed. Where the
+unprofiled step was itself device-bound this is an upper bound of the host's pace (the H200 GPT-2 step: kernels
+163.7 of 168.8 ms, so its table prices the host at most as slow as it can have been). Such joint traces are used
+by default; joint traces without an unprofiled time only with ``include_joint`` (raw).
 """
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,6 +66,7 @@ from pmdb.store import Store
 T1_MIN_US, T1_MAX_US = 2.0, 200.0   # the method's T1 window (GPU platforms)
 CPU_T1_MIN_US = 0.0                 # CPU platforms: every gap from 0 µs (see the module docstring)
 IQR_FACTOR = 1.5
+HOST_BOUND_SHARE = 0.5              # a profiled iteration whose device was busy less than this share was host-bound
 SAMPLE_COLUMNS = ["op_name", "kind", "op_id", "value_us"]
 OP_FIELDS = ["op_id", "name", "parent_id", "thread", "category", "start_us", "dur_us"]
 
@@ -137,20 +150,60 @@ def iqr_summary(samples: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["op_name", "kind", "mean_us", "std_us", "count"])
 
 
+@dataclass(frozen=True)
+class HostScale:
+    """How one Kineto trace's host-side samples are corrected: ``scale`` = unprofiled / profiled iteration when the
+    profiled iteration was host-bound (device busy share under HOST_BOUND_SHARE), else 1. Times µs."""
+
+    trace_id: int
+    profiled_us: float | None     # median profiled iteration of the trace
+    unprofiled_us: float | None   # the set's unprofiled iteration, given at import
+    device_busy: float | None     # device work (kernels, copies, memsets) / profiled iterations
+    scale: float = 1.0
+
+
+def host_scale(store: Store, trace_id: int) -> HostScale:
+    """The correction of one trace's T1-T5 samples for the profiler's (and a joint ET's) slowing of the host."""
+    row = store.query(
+        "SELECT s.given_measured_us AS unprofiled, median(i.dur_us) AS profiled, sum(i.dur_us) AS total, "
+        "(SELECT sum(k.dur_us) FROM trace_kernels k JOIN trace_iterations j ON j.trace_id = k.trace_id "
+        " AND k.start_us >= j.start_us AND k.start_us < j.start_us + j.dur_us "
+        " WHERE k.trace_id = t.trace_id AND list_contains(?, k.category)) AS busy "
+        "FROM traces t JOIN trace_sets s USING (trace_set_id) "
+        "LEFT JOIN trace_iterations i ON i.trace_id = t.trace_id WHERE t.trace_id = ? "
+        "GROUP BY t.trace_id, s.given_measured_us", [list(common().categories["work"]), int(trace_id)])
+    if row.empty:
+        return HostScale(int(trace_id), None, None, None)
+    r = row.iloc[0]
+    unprofiled, profiled = _num(r["unprofiled"]), _num(r["profiled"])
+    busy = None if _num(r["total"]) is None else (_num(r["busy"]) or 0.0) / float(r["total"])
+    scale = 1.0
+    if unprofiled and profiled and busy is not None and busy < HOST_BOUND_SHARE:
+        scale = min(1.0, unprofiled / profiled)
+    return HostScale(int(trace_id), profiled, unprofiled, busy, scale)
+
+
+def _num(value: Any) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
 def platform_traces(store: Store, platform: str, include_joint: bool) -> pd.DataFrame:
-    """Kineto traces of completed trace sets of the platform (joint Kineto+ET passes only if asked)."""
+    """Kineto traces of completed trace sets of the platform; joint Kineto+ET passes when their set was given its
+    unprofiled iteration time (their host path is scaled, :func:`host_scale`), or any if ``include_joint``."""
     return store.query(
         "SELECT t.trace_id, t.profiled_with FROM traces t JOIN trace_sets s USING (trace_set_id) "
         "JOIN collection_runs r ON r.run_id = t.run_id JOIN collection_runs sr ON sr.run_id = s.run_id "
         "WHERE s.platform = ? AND t.kind = 'kineto' AND r.status = 'completed' AND sr.status = 'completed' "
-        "AND (t.profiled_with IS DISTINCT FROM 'kineto+et' OR ?) ORDER BY t.trace_id", [platform, include_joint])
+        "AND (t.profiled_with IS DISTINCT FROM 'kineto+et' OR s.given_measured_us IS NOT NULL OR ?) "
+        "ORDER BY t.trace_id", [platform, include_joint])
 
 
 def require_traces(store: Store, platform: str, include_joint: bool = False) -> pd.DataFrame:
     """:func:`platform_traces`; a one-line PmdbError when there are none (checked before a run row is made)."""
     traces = platform_traces(store, platform, include_joint)
     if traces.empty:
-        joint = "" if include_joint else " (Kineto traces recorded with an ET are left out; --include-joint uses them)"
+        joint = "" if include_joint else (" (Kineto traces recorded with an ET and no unprofiled time, "
+                                          "--measured-ms, are left out; --include-joint uses them)")
         raise PmdbError(f"no Kineto traces of platform {platform!r} in the store{joint}; "
                         f"import some with `pmdb collect trace` or record a workload")
     return traces
@@ -160,22 +213,31 @@ def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bo
     """Extract, filter and store a new overhead version of ``platform``; returns a summary (version, counts)."""
     semantics = platforms.load(store, platform).semantics
     traces = require_traces(store, platform, include_joint)
-    parts = []
+    parts, scales = [], []
     for trace_id in tqdm(traces["trace_id"].astype(int), desc="extracting overheads", unit="trace", disable=None):
         ops = load_ops(store, trace_id, columns=OP_FIELDS)
-        found = cpu_samples(ops) if semantics is Semantics.SYNC_HOST else gpu_samples(ops, load_kernels(store, trace_id))
+        if semantics is Semantics.SYNC_HOST:
+            found = cpu_samples(ops)
+        else:
+            found = gpu_samples(ops, load_kernels(store, trace_id))
+            scaled = host_scale(store, trace_id)
+            found["value_us"] = found["value_us"] * scaled.scale
+            scales.append(asdict(scaled))
         parts.append(found.assign(trace_id=trace_id))
     samples = pd.concat(parts, ignore_index=True)
     stats = iqr_summary(samples)
     t1_min = CPU_T1_MIN_US if semantics is Semantics.SYNC_HOST else T1_MIN_US
     params = {"t1_window_us": [t1_min, T1_MAX_US], "iqr_factor": IQR_FACTOR, "include_joint": include_joint,
               "scope": "every cpu_op" if semantics is Semantics.SYNC_HOST else "top-level ops"}
+    if scales:
+        params["host_scale"] = scales   # per trace: profiled / unprofiled iteration (µs), device busy, scale
     version = int(store.insert_one("overhead_versions", {
         "run_id": run_id, "platform": platform, "semantics": semantics.value,
         "trace_ids": traces["trace_id"].astype(int).tolist(), "params": params}, returning="overhead_version"))
     store.insert("overhead_samples", samples.assign(overhead_version=version))
     store.insert("overheads", stats.assign(overhead_version=version))
     return {"overhead_version": version, "semantics": semantics, "traces": len(traces), "samples": len(samples),
+            "host_scale": scales,
             "kept": int(stats["count"].sum()), "ops": int(stats["op_name"].nunique()),
             "by_kind": {k: int(v) for k, v in stats.groupby("kind")["count"].sum().items()}}
 
@@ -201,3 +263,56 @@ def log_overhead_version(store: Store, version: int) -> str:
               "pmdb.run": row["run_id"], "pmdb.command": f"pmdb fit overheads --platform {row['platform']}"},
         params={**params, "trace_ids": ",".join(str(int(t)) for t in row["trace_ids"])}, metrics=metrics)
     return log_runs(store, OVERHEADS_EXPERIMENT, [record])[0]
+
+
+SAMPLE_FIELDS = ["op_name", "kind", "mean_us", "std_us", "count"]
+
+
+def export_version(store: Store, version: int, source: dict[str, Any]) -> dict[str, Any]:
+    """One stored overhead version as the JSON object a shipped sample holds (µs): its platform, the platform's spec
+    sheet, the extraction settings, ``source`` (provenance) and the IQR-filtered table."""
+    from collectors import gpu_specs
+
+    row = store.query("SELECT platform, semantics, params FROM overhead_versions WHERE overhead_version = ?",
+                      [int(version)]).iloc[0]
+    sheet = gpu_specs.load(store, row["platform"])
+    table = store.query("SELECT op_name, kind, mean_us, std_us, count FROM overheads WHERE overhead_version = ? "
+                        "ORDER BY op_name, kind", [int(version)])
+    params = row["params"] if isinstance(row["params"], dict) else json.loads(row["params"] or "{}")
+    rows = [[r.op_name, r.kind, round(float(r.mean_us), 3), None if pd.isna(r.std_us) else round(float(r.std_us), 3),
+             int(r.count)] for r in table.itertuples(index=False)]
+    return {"platform": row["platform"], "semantics": row["semantics"],
+            "spec_sheet": None if sheet is None else {k: v for k, v in asdict(sheet).items() if v is not None},
+            "source": source, "params": params, "fields": SAMPLE_FIELDS, "overheads": rows}
+
+
+def read_sample(path: Path) -> dict[str, Any]:
+    """A shipped overhead sample (:func:`export_version`'s object); a one-line error when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+        assert data["fields"] == SAMPLE_FIELDS and data["overheads"] and data["platform"]
+    except (OSError, ValueError, KeyError, TypeError, AssertionError) as exc:
+        raise PmdbError(f"{path}: not a pmdb overhead sample ({type(exc).__name__})") from None
+    return data
+
+
+def store_sample(store: Store, path: Path) -> int:
+    """Store a shipped overhead sample as a new overhead version of its platform (registered from the sample's spec
+    sheet when the store lacks it), under its own 'overheads' run; returns the version. Samples are not stored
+    (no traces): the version's ``trace_ids`` is empty and its params name the file and its provenance."""
+    from collectors import gpu_specs
+
+    data = read_sample(path)
+    name = data["platform"]
+    if store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [name]) == 0:
+        sheet = gpu_specs.GpuSheet(**data["spec_sheet"])
+        gpu_specs.register(store, sheet, name, source="spec-sheet", source_file=str(path))
+    table = pd.DataFrame(data["overheads"], columns=SAMPLE_FIELDS)
+    with store.run("overheads", name, {"sample": str(path)}) as run:
+        params = {**data["params"], "sample": Path(path).name, "source": data["source"]}
+        version = int(store.insert_one("overhead_versions", {
+            "run_id": run.run_id, "platform": name, "semantics": data["semantics"], "trace_ids": [],
+            "params": params}, returning="overhead_version"))
+        store.insert("overheads", table.assign(overhead_version=version))
+        run.summary = {"overhead_version": version, "sample": str(path), "ops": int(table["op_name"].nunique())}
+    return version

@@ -262,3 +262,22 @@ def describe(models: ModelSet) -> dict[str, Any]:
     """Counts for messages and run summaries."""
     return {"kernel_models": len(models.kernels), "collective_models": len(models.collectives),
             "peaks": sorted(models.peaks)}
+
+
+def default_lender(store: Store, target: str, semantics: Semantics) -> str | None:
+    """The platform whose overhead table prices the host path of a GPU ``target`` that has none of its own: the
+    platform of the shipped host-path sample (today's host: torch 2.11 on an H200), its newest stored table, or the
+    sample itself stored as one (:func:`fitters.overheads.store_sample`, once per store). None for a target with a
+    table, a CPU target (sync_host, whose ops run on the host) or a read-only store without the lender's table."""
+    from fitters.overheads import store_sample
+    from pmdb.samples import host_path
+
+    if semantics is not Semantics.ASYNC_DEVICE or Overheads.latest(store, target).version is not None:
+        return None
+    known = store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [host_path.PLATFORM])
+    if known and Overheads.latest(store, host_path.PLATFORM).version is not None:
+        return host_path.PLATFORM
+    if store.read_only:
+        return None
+    store_sample(store, host_path.TABLE)
+    return host_path.PLATFORM

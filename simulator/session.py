@@ -17,7 +17,8 @@ from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, TimedOp, simulate, steady_period
 from simulator.measured_shapes import MEASURED, ShapeMedians, check_kernels
-from simulator.model_set import REUSE, ModelSelection, ModelSet, Overheads, check_cache_state, load_model_set
+from simulator.model_set import (REUSE, ModelSelection, ModelSet, Overheads, check_cache_state, default_lender,
+                                 load_model_set)
 from simulator.store_rows import ModelUse, Prediction
 from simulator.threads import comm_shares_core
 from simulator.timing import ModelTiming
@@ -64,7 +65,8 @@ class PredictionSession:
     the latest of the platform; ``kernels`` 'measured' prices an op whose exact shape was microbenchmarked on the
     target at the graph's thread count by that measurement (:mod:`simulator.measured_shapes`), 'models' never.
     ``overheads_from`` borrows another platform's overhead table (same semantics): a GPU known only by its spec
-    sheet has no traces of its own to take its host launch path from."""
+    sheet has no traces of its own to take its host launch path from; without it (and without
+    ``overhead_version``) a GPU target with no table borrows the default lender's (:func:`default_lender`)."""
 
     def __init__(self, store: Store, target_platform: str, *, models: str = "champion",
                  cache_state: str | None = None, overhead_version: int | None = None,
@@ -78,6 +80,10 @@ class PredictionSession:
         self.models.selection = self.models.selection.measuring(
             kernels, None if self.measured is None else self.measured.upto)
         self.overheads_platform = self.platform.name
+        self.default_lender = None
+        if overheads_from is None and overhead_version is None:
+            self.default_lender = default_lender(store, self.platform.name, self.platform.semantics)
+            overheads_from = self.default_lender
         if overheads_from is not None and overheads_from != self.platform.name:
             lender = platforms.load(store, overheads_from)
             if lender.semantics != self.platform.semantics:
@@ -96,8 +102,11 @@ class PredictionSession:
         if self.overheads.version is not None and self.overheads_platform == self.platform.name:
             return None
         if self.overheads.version is not None:
-            return (f"host overheads (T1-T5) from platform {self.overheads_platform}'s overhead version "
+            lent = (f"host overheads (T1-T5) from platform {self.overheads_platform}'s overhead version "
                     f"{self.overheads.version}, not {self.platform.name}'s own")
+            if self.default_lender is not None:
+                lent += " (the default lender of a GPU without a table; --overheads-from picks another)"
+            return lent
         return (f"platform {self.platform.name} has no overhead table: host overheads (T1-T5) are priced at 0 µs; "
                 f"fit them from its traces with `pmdb fit overheads --platform {self.platform.name}` or borrow "
                 f"another platform's with --overheads-from")

@@ -13,7 +13,8 @@ from pmdb.cli.common import PlatformOption, open_store, render
 def overheads(ctx: typer.Context,
               platform: Optional[str] = PlatformOption,
               include_joint: bool = typer.Option(False, "--include-joint", help="Also use Kineto traces recorded "
-                                                 "together with an execution trace (their op times are inflated).")
+                                                 "together with an execution trace whose set has no unprofiled "
+                                                 "time (--measured-ms): their host times are inflated, raw.")
               ) -> None:
     """Recompute the overhead table (T1-T5 per op, IQR-filtered) of a platform from all its Kineto traces; the new
     version is also logged as an MLflow run (experiment pmdb-overheads)."""
@@ -31,6 +32,11 @@ def overheads(ctx: typer.Context,
     typer.echo(f"overhead version {version} of {name} ({s['semantics']}): {s['samples']} samples from "
                f"{s['traces']} trace(s), {s['kept']} kept after IQR filtering, {s['ops']} op names")
     render(table)
+    for scaled in s.get("host_scale", []):
+        if scaled["scale"] < 1.0:
+            typer.echo(f"trace {scaled['trace_id']}: host path scaled by {scaled['scale']:.3f} (profiled iteration "
+                       f"{scaled['profiled_us'] / 1e3:.1f} ms, unprofiled {scaled['unprofiled_us'] / 1e3:.1f} ms, "
+                       f"device busy {100 * scaled['device_busy']:.0f}%)")
     typer.echo(f"logged to MLflow (experiment pmdb-overheads): run {mlflow_run}")
 
 

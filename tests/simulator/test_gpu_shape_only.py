@@ -44,7 +44,7 @@ def test_every_op_with_device_work_is_priced_and_phases_apart(workspace, capture
     capsys.readouterr()
     assert main([*captured, "predict", "--trace-set", "1", "--target-platform", V100, "--format", "json"]) == 0
     err = capsys.readouterr().err
-    assert f"platform {V100} has no overhead table" in err     # the documented default is named
+    assert f"not {V100}'s own (the default lender" in err     # the documented default is named
     with Store.open(workspace, read_only=True) as store:
         row = store.query("SELECT predicted_us, predicted_fw_us, predicted_loss_us, predicted_bw_us, "
                           "predicted_optimizer_us, CAST(unmodelled AS VARCHAR) AS unmodelled FROM predictions").iloc[0]

@@ -22,15 +22,14 @@ def lent(store, gpu_trace):
 
 
 def test_borrowed_overheads_are_used_and_named(store, lent):
-    own = predict_trace_set(store, lent, mode="model")
-    assert own.overhead_version is None and any("priced at 0" in note for note in own.defaults)
+    own = predict_trace_set(store, lent, mode="model")   # no table of its own: the default lender (test_default_lender)
     assert any("no fitted kernel models" in note for note in own.defaults)
     borrowed = predict_trace_set(store, lent, mode="model", overheads_from="gpu-lender")
     version = store.scalar("SELECT max(overhead_version) FROM v_overhead_versions WHERE platform = 'gpu-lender'")
-    assert borrowed.overhead_version == version
+    assert borrowed.overhead_version == version != own.overhead_version    # --overheads-from wins
     assert [n for n in borrowed.defaults if "overheads" in n] == [f"host overheads (T1-T5) from platform gpu-lender's overhead version {version}, "
                                  f"not gpu-borrower's own"]
-    assert borrowed.predicted_us > own.predicted_us  # the launch path now costs host time
+    assert borrowed.predicted_us != own.predicted_us  # another host path, another step
 
 
 def test_a_table_of_other_semantics_or_none_is_refused(store, lent):
