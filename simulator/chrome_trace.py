@@ -7,8 +7,9 @@ of a sync host (whose compute runs on the calling thread). Every op the engine s
 simulated start and end (µs from the iteration's start), with the op, the predicted µs, the traced µs where the trace
 timed it, what priced it (model version, overhead table, roofline, trace) and the error. Waits are events of category
 ``wait``: the calling thread waiting for a collective or a stream, a stream held by a sync, a collective waiting for
-its peers. The iteration is the one the prediction simulated from an idle machine (``isolated``); the steady-state
-time the prediction reports is in ``otherData``.
+its peers, and "external wait": the host waiting for work outside the rank's trace (other ranks, other threads). The
+iteration is the one the prediction simulated from an idle machine (``isolated``); the steady-state time the
+prediction reports is in ``otherData``.
 """
 from __future__ import annotations
 
@@ -130,6 +131,12 @@ class _Describer:
         label = self._leaf(op)
         return {label} if label is not None else set().union(*(self._leaves(c) for c in op.sub))
 
+    def external(self, timed: TimedOp) -> str:
+        """What priced a wait for work outside the trace."""
+        if self.it.mode == "replay":
+            return "trace (the traced wait beyond the rank's own work)"
+        return timed.external_by or "trace (traced wait)"
+
     def kernel(self, op: Op) -> str:
         if self.it.mode == "replay":
             return "trace (replay)"
@@ -175,11 +182,17 @@ def _rank_events(it: SimulatedIteration, position: int, spans: list[OpSpan], des
             args["collective"] = op.collective
         if span.host_waits:
             args["wait_us"] = _us(sum(b - a for a, b in span.host_waits))
+        if span.external_waits:
+            args["external_wait_us"] = _us(sum(b - a for a, b in span.external_waits))
         out.append(_event(op.name, "cpu_op", rank, HOST_TID, span.begin, span.end,
                           _judged(args, span.end - span.begin, _traced(op.cpu_dur_us))))
         for start, end in span.host_waits:
             out.append(_event("wait for stream", "wait", rank, HOST_TID, start, end,
                               {"op": op.name, "index": span.index}))
+        for start, end in span.external_waits:
+            out.append(_event("external wait", "wait", rank, HOST_TID, start, end,
+                              {"op": op.name, "index": span.index, "priced_by": describe.external(timed),
+                               "about": "a host wait for work outside this rank's trace (peers, other threads)"}))
         out += _kernel_events(op, timed, span, rank, describe)
     return out
 

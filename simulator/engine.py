@@ -6,7 +6,7 @@ the op (T3) and goes on. No processes, no MPI. Input: per rank, a list of :class
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -35,6 +35,13 @@ class TimedOp:
     sync_streams: tuple[int, ...] = ()
     after_last_us: float | None = None
     kernel_waits: tuple[tuple[int, ...], ...] = ()  # per kernel, streams the host waits for before its launch
+    traced_wait_us: float | None = None  # replay: the op's host waits as traced; what the rank's simulated work
+    # does not explain (beyond EXTERNAL_MIN_US) stays, as an external wait after the op's last host wait
+    external_us: float = 0.0  # model mode: a wait for work outside the trace (peers, other threads), priced apart
+    external_by: str = ""     # what priced ``external_us`` (a collective model version, or the traced wait)
+
+
+EXTERNAL_MIN_US = 50.0  # a traced wait longer than the simulated one by less is clock noise, not a wait for peers
 
 
 @dataclass(slots=True)
@@ -54,6 +61,8 @@ class RankResult:
     comm_kernel_us: float               # summed communication kernel times
     baseline_us: float                  # max over streams of summed kernel time
     ops: int = 0
+    external_wait_us: float = 0.0       # host waits for work outside the trace (peers, other threads)
+    external_waits: int = 0             # how many ops waited so
 
     def as_dict(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -65,7 +74,9 @@ class OpSpan:
     given a :class:`Timeline`). ``arrive`` → ``synced``: the calling thread waits for a collective (intra-rank
     sync); ``synced`` → ``begin``: T1; ``begin`` → ``end``: the op on the calling thread. ``kernels`` are
     ``(stream, start, end, own duration)`` in the op's order (a collective's end includes waiting for its peers),
-    ``host_waits`` the calling thread's waits for streams inside the op, ``stream_waits`` ``(stream, from, to)``:
+    ``host_waits`` the calling thread's waits for streams inside the op, ``external_waits`` its waits for work
+    outside the trace (:attr:`TimedOp.traced_wait_us`, :attr:`TimedOp.external_us`), ``stream_waits``
+    ``(stream, from, to)``:
     a stream held idle by the sync before the op (async devices align both streams' fronts)."""
 
     index: int
@@ -75,6 +86,7 @@ class OpSpan:
     end: float = 0.0
     kernels: list[tuple[int, float, float, float]] = field(default_factory=list)
     host_waits: list[tuple[float, float]] = field(default_factory=list)
+    external_waits: list[tuple[float, float]] = field(default_factory=list)  # waits for work outside the trace
     stream_waits: list[tuple[int, float, float]] = field(default_factory=list)
     stream_waits_from: tuple[float, ...] = ()   # the stream fronts when the op's turn came
 
@@ -130,13 +142,18 @@ def _launch(state: RankState, op: TimedOp, sem: AsyncDevice | SyncHost, span: Op
         span.stream_waits = [(s, front, state.fronts[s]) for s, front in enumerate(span.stream_waits_from)
                              if state.fronts[s] > front]
     state.cpu += op.t1
+    state.waited = 0.0
     if op.kernel_waits:   # a synchronize call between launches: the host waits there, not after the op
-        for (stream, dur, t4, before), waits in zip(op.kernels, op.kernel_waits):
+        last = -1 if op.sync_streams else max(j for j, w in enumerate(op.kernel_waits) if w)
+        for j, ((stream, dur, t4, before), waits) in enumerate(zip(op.kernels, op.kernel_waits)):
             if waits:
                 waited = state.cpu
                 state.host_wait(waits)
+                state.waited += state.cpu - waited
                 if span is not None and state.cpu > waited:
                     span.host_waits.append((waited, state.cpu))
+                if j == last:
+                    _external(state, op, span)
             state.cpu += before
             sem.kernel(state, stream, dur, t4)
         return
@@ -151,10 +168,29 @@ def _finish(state: RankState, op: TimedOp, index: int, span: OpSpan | None = Non
     if op.sync_streams:
         waited = state.cpu
         state.host_wait(op.sync_streams)
+        state.waited += state.cpu - waited
         if span is not None and state.cpu > waited:
             span.host_waits.append((waited, state.cpu))
+        _external(state, op, span)
+    elif not op.kernel_waits and op.external_us > 0:
+        _external(state, op, span)
     if op.is_collective:
         state.last_comm = index
+
+
+def _external(state: RankState, op: TimedOp, span: OpSpan | None) -> None:
+    """After an op's last host wait: the part of its traced wait that the rank's simulated work does not explain
+    (replay), or its priced wait for work outside the trace (model mode), keeps the calling thread waiting."""
+    extra = op.external_us
+    if op.traced_wait_us is not None and op.traced_wait_us - state.waited > EXTERNAL_MIN_US:
+        extra += op.traced_wait_us - state.waited
+    if extra <= 0:
+        return
+    if span is not None:
+        span.external_waits.append((state.cpu, state.cpu + extra))
+    state.cpu += extra
+    state.external_us += extra
+    state.externals += 1
 
 
 def _advance(ops: Sequence[TimedOp], start: int, state: RankState, sem: AsyncDevice | SyncHost) -> int:
@@ -261,7 +297,7 @@ def _rank_result(rank: int, st: RankState, n_ops: int) -> RankResult:
         compute_busy_us=compute_busy, comm_busy_us=comm_busy, device_active_us=active,
         comm_unoverlapped_us=active - compute_busy,
         compute_kernel_us=st.kernel_sum[COMPUTE], comm_kernel_us=st.kernel_sum[COMM],
-        baseline_us=max(st.kernel_sum), ops=n_ops)
+        baseline_us=max(st.kernel_sum), ops=n_ops, external_wait_us=st.external_us, external_waits=st.externals)
 
 
 def repeat(programs: Sequence[Sequence[TimedOp]], times: int) -> list[list[TimedOp]]:
@@ -273,9 +309,7 @@ def repeat(programs: Sequence[Sequence[TimedOp]], times: int) -> list[list[Timed
         for k in range(1, times):
             for op in ops:
                 if op.waits_on:
-                    op = TimedOp(op.t1, op.t3, op.cpu_us, op.kernels, op.is_collective,
-                                 tuple(j + k * n for j in op.waits_on), op.sync_streams, op.after_last_us,
-                                 op.kernel_waits)
+                    op = replace(op, waits_on=tuple(j + k * n for j in op.waits_on))
                 rank.append(op)
         out.append(rank)
     return out

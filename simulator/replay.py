@@ -4,6 +4,11 @@ the critical path and the synchronisation rules are under test — what trace re
 Measured CPU times that contain waiting are corrected so that the engine's synchronisation does not count the wait
 twice: host-sync calls are already left out by the graph builder; on a synchronous host, the idle gap before an op
 that consumes a collective's output loses its overlap with that collective's execution on the communication thread.
+
+On a GPU, a host wait (a synchronize call, a blocking copy) lasts as long as the rank's own queued work needs; a
+traced wait longer than that waited for work outside the trace (other ranks, other threads' launches, events of
+other streams): the op carries its traced wait (:func:`traced_wait_us`) and the engine keeps the part its own work
+does not explain as an *external wait* (:attr:`simulator.engine.TimedOp.traced_wait_us`).
 """
 from __future__ import annotations
 
@@ -67,6 +72,28 @@ def transfer_times(graph: TraceGraph) -> list[list[float]]:
     return out
 
 
+def one_launch(op: Op) -> list[bool]:
+    """Per kernel, whether it came from the same launch call as the kernel before it (a CUDA graph launches many
+    kernels in one ``cudaGraphLaunch``): the graph builder gives each such kernel the call's duration and no gap
+    before it, and the call is paid once."""
+    out, previous = [], None
+    for k in op.kernels:
+        out.append(previous is not None and k.launch_name == previous.launch_name and k.launch_name != ""
+                   and _z(k.gap_before_us) == 0.0 and k.launch_us == previous.launch_us)
+        previous = k
+    return out
+
+
+def traced_wait_us(op: Op) -> float | None:
+    """The op's host waits as traced (µs): its wall time less its own CPU parts (T2/T5 gaps, launches, T3), which
+    the graph builder measured without the waits; None for an op that does not wait for the device."""
+    if not op.kernels or not (op.sync_streams or any(k.waits_before for k in op.kernels)) or math.isnan(op.cpu_dur_us):
+        return None
+    own = sum(_z(k.gap_before_us) + (0.0 if again else _z(k.launch_us))
+              for k, again in zip(op.kernels, one_launch(op))) + _z(op.tail_us)
+    return max(0.0, op.cpu_dur_us - own)
+
+
 def replay_rank(graph: RankGraph, semantics: Semantics, transfers: list[float] | None = None) -> list[TimedOp]:
     """The rank's ops with the trace's own times (collectives with ``transfers``, this rank's durations without
     waits, which also end each collective on this rank: see :attr:`TimedOp.after_last_us`); a final op carries the
@@ -87,10 +114,11 @@ def replay_rank(graph: RankGraph, semantics: Semantics, transfers: list[float] |
             scale = transfer[index] / sum(_z(k.dur_us) for k in comm) if index in transfer and comm and \
                 sum(_z(k.dur_us) for k in comm) > 0 else 1.0
             kernels = tuple((int(k.stream), _z(k.dur_us) * (scale if k.stream == Stream.COMM else 1.0),
-                             _z(k.launch_us), _z(k.gap_before_us)) for k in op.kernels)
+                             0.0 if again else _z(k.launch_us), _z(k.gap_before_us))
+                            for k, again in zip(op.kernels, one_launch(op)))
             timed = TimedOp(t1=t1, t3=_z(op.tail_us), kernels=kernels,
                             after_last_us=transfer.get(index) if comm and sync_host else None,
-                            kernel_waits=op.kernel_waits())
+                            kernel_waits=op.kernel_waits(), traced_wait_us=None if sync_host else traced_wait_us(op))
         elif sync_host:  # the op's own work runs on the calling thread
             timed = TimedOp(t1=t1, kernels=((COMPUTE, _z(op.cpu_dur_us), 0.0, 0.0),))
         else:

@@ -4,7 +4,8 @@ Two platforms kinds, one interface:
 
 * ``async_device`` (CUDA): the CPU thread launches kernels onto a compute and a communication stream and goes on;
   a kernel starts at ``max(stream front + 1 µs, cpu + T4/2)`` (paper Algorithm 1, line 21) and the CPU pays T4 per
-  launch. An intra-rank sync aligns the two stream fronts; the CPU clock does not wait for it.
+  launch. An intra-rank sync (a consumer of a collective's output) aligns the two stream fronts; the CPU clock does
+  not wait for it. A new collective waits for the compute queued before it, not the other way round.
 * ``sync_host`` (CPU, e.g. gloo): compute ops run on the calling thread, so a compute "kernel" advances the CPU clock
   by its own duration; collectives run on the backend's communication thread, starting ``T4`` (the hand-over
   latency) after the launch, queued behind the collective still running, without blocking the caller. An
@@ -31,7 +32,10 @@ from pmdb.traces.graph import Stream
 # 2: an optimizer step's sqrt is priced at the zero share of the state it reads (pmdb.traces.state_values);
 # 3: an embedding lookup whose exact tables were microbenchmarked is priced by that measurement (measured_shapes);
 # 4: on a CPU, an embedding lookup whose exact tables were timed in a training loop ('loop') is priced by that
-RULES_VERSION = 4
+# 5: a host wait for work outside the trace (peers, other threads) stays: replay keeps a traced wait's part that the
+#    rank's own work does not explain, model mode prices it (engine.TimedOp.traced_wait_us, external_us); on a GPU a
+#    new collective waits for the compute stream, which no longer waits for it (AsyncDevice.collective_sync)
+RULES_VERSION = 5
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)
@@ -47,6 +51,9 @@ class RankState:
     ends: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
     kernel_sum: list[float] = field(default_factory=lambda: [0.0, 0.0])
     last_comm: int | None = None
+    waited: float = 0.0        # the current op's simulated host waits so far
+    external_us: float = 0.0   # waits for work outside the trace (engine.TimedOp.traced_wait_us, external_us)
+    externals: int = 0
 
     def record(self, stream: int, start: float, dur: float) -> None:
         end = start + dur
@@ -79,8 +86,12 @@ class AsyncDevice:
         s.fronts[COMPUTE] = s.fronts[COMM] = front
 
     def collective_sync(self, s: RankState) -> None:
-        """A new collective: the two streams are aligned (Algorithm 1, lines 12–15)."""
-        self.intra_sync(s)
+        """A new collective waits for the work queued before it (NCCL's stream waits on an event of the compute
+        stream); the compute stream goes on. Algorithm 1 (lines 12–15) aligns both fronts here, which makes compute
+        wait for every earlier collective: a rank whose communicators run beside its compute (a 16-rank job's
+        all_reduce still running while the next step starts) was replayed 5% too slow. Compute waits for a
+        collective where the program waits for it: a consumer of its output (``intra_sync``) or a host sync."""
+        s.fronts[COMM] = max(s.fronts[COMM], s.fronts[COMPUTE])
 
     def kernel(self, s: RankState, stream: int, dur: float, t4: float) -> None:
         start = max(s.fronts[stream] + self.kernel_gap_us, s.cpu + t4 / 2.0)

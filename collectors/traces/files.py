@@ -63,6 +63,44 @@ def read_trace_file(path: str | os.PathLike) -> TraceFile:
     return TraceFile(path, data, doc)
 
 
+def read_top_level(path: str | os.PathLike, list_key: str) -> dict:
+    """A JSON trace's top-level members other than its big ``list_key`` list (a Kineto trace's metadata: host,
+    devices, distributed info), read from the text before and after that list without parsing its events; a file
+    that is not laid out so (or is malformed) is read whole, with :func:`read_trace_file`'s checks and errors."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+        if data[:2] == GZIP_MAGIC:
+            data = gzip.decompress(data)
+        start = data.find(b'"' + list_key.encode() + b'"')
+        head = data[:start].strip().rstrip(b",").rstrip()
+        if start < 0 or not head.startswith(b"{"):
+            raise ValueError("no event list")
+        found = json.loads(head + b"}") if head != b"{" else {}
+        found.update(_after_list(data))
+        return found
+    except (OSError, EOFError, zlib.error, ValueError):
+        return {k: v for k, v in read_trace_file(path).doc.items() if k != list_key}
+
+
+def _after_list(data: bytes, tries: int = 256) -> dict:
+    """The members after the top-level event list: the first ']' from the end whose remainder parses as the rest
+    of the object (a ']' inside the list leaves the list's own ']' unbalanced, so it never parses)."""
+    end = len(data)
+    for _ in range(tries):
+        end = data.rfind(b"]", 0, end)
+        if end < 0:
+            break
+        rest = data[end + 1:].lstrip().lstrip(b",")
+        try:
+            found = json.loads(b"{" + rest)
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            return found
+    return {}
+
+
 def store_artifact(workspace: Workspace, trace: TraceFile) -> str:
     """Write the trace gzipped under artifacts/traces/ (once per content); returns its path relative to the
     workspace."""

@@ -16,7 +16,8 @@ import pandas as pd
 
 from collectors.traces.files import ArtifactWriteError
 from collectors.traces.ingest import RankTraces, add_ranks, check_not_imported, ingest_trace_set, parse_ranks
-from collectors.traces.origin import THREADS_KEY, choose_platform, recorded_threads
+from collectors.traces.kineto import read_header
+from collectors.traces.origin import THREADS_KEY, choose_platform, plan_platform, recorded_threads
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Store, StoreWriteError
@@ -98,6 +99,8 @@ def amend_trace_set(store: Store, trace_set_id: int, threads: int | None, measur
 def import_traces(store: Store, request: TraceImport) -> ImportedSet:
     """Parse, choose the platform, and store the traces of ``request`` in one 'trace' run."""
     _check(request)
+    if request.trace_set is None:  # a refusal from the files' metadata, before their events are parsed
+        _early_plan(store, request)
     parsed = parse_ranks(request.ranks)  # every file read and checked before anything is written
     check_not_imported(store, parsed)
     kinetos = [(str(p.spec.kineto), p.kineto) for p in parsed if p.kineto is not None]
@@ -143,6 +146,25 @@ def import_traces(store: Store, request: TraceImport) -> ImportedSet:
                       _float(row["given_measured_us"]))
     out.notes = _notes(store, out, parsed)
     return out
+
+
+def _early_plan(store: Store, request: TraceImport) -> None:
+    """Refuse an import whose platform the Kineto headers already rule out (no host, an unregistered GPU), in a
+    fraction of a second; a file whose header cannot be read is left to the full parse and its error."""
+    headers = []
+    for spec in request.ranks:
+        if spec.kineto is None:
+            continue
+        try:
+            headers.append((str(spec.kineto), read_header(str(spec.kineto))))
+        except PmdbError:
+            return
+    try:
+        plan_platform(store, request.platform, headers, request.device_kind)
+    except PmdbError:
+        if all(header.devices for _, header in headers):
+            raise
+        # a header without deviceProperties may still hold kernels (a GPU): the parsed trace decides
 
 
 def _float(value: Any) -> float | None:

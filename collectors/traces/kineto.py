@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from collectors.traces import schemas
+from collectors.traces.files import read_top_level
 from pmdb.traces.vocabulary import Vocabulary, common as vocabulary
 from pmdb.errors import PmdbError
 from pmdb.traces.iterations import kineto_iterations
@@ -37,6 +38,7 @@ class KinetoTrace:
     host: str | None = None        # the recording machine's host name (Kineto metadata 'host_name')
     threads: int | None = None     # intra-op threads of the recording process, when it wrote them as metadata
     devices: int = 0               # entries of 'deviceProperties' (GPUs the profiler saw)
+    gpu_names: tuple[str, ...] = ()  # distinct GPU names of 'deviceProperties' (of the devices kernels ran on)
 
     @property
     def device_kind(self) -> str:
@@ -53,6 +55,54 @@ def _int_or_none(value: Any) -> int | None:
     if isinstance(value, str) and value.lstrip("-").isdigit():
         return int(value)
     return None
+
+
+@dataclass(frozen=True)
+class KinetoHeader:
+    """What a Kineto trace's metadata says about its recording, read without its events: the host name, the
+    intra-op threads (when written), the deviceProperties entries and their distinct GPU names."""
+
+    host: str | None
+    threads: int | None
+    devices: int
+    gpu_names: tuple[str, ...]
+    device_ids: dict[int, str] = field(default_factory=dict)  # device id -> GPU name
+
+
+def header_facts(doc: dict, where: str) -> KinetoHeader:
+    """The recording facts of a Kineto document's top-level members (the whole document or
+    :func:`read_header`'s); a bad thread count is refused naming the file."""
+    cfg = schemas.config("kineto", doc.get("schemaVersion"), where)
+    d, p = cfg["document"], cfg["device_properties"]
+    host = doc.get(d["host"])
+    threads = _int_or_none(doc.get(d["threads"]))
+    if d["threads"] in doc and (threads is None or threads < 1):
+        raise PmdbError(f"{where}: metadata '{d['threads']}' must be a thread count >= 1, "
+                        f"found {doc[d['threads']]!r}")
+    devices = doc.get(d["devices"])
+    devices = devices if isinstance(devices, list) else []
+    ids: dict[int, str] = {}
+    names: list[str] = []
+    for position, entry in enumerate(devices):
+        name = entry.get(p["name"]) if isinstance(entry, dict) else None
+        if isinstance(name, str) and name.strip():
+            number = _int_or_none(entry.get(p["id"]))
+            ids[position if number is None else number] = name.strip()
+            names.append(name.strip())
+    return KinetoHeader(host if isinstance(host, str) and host else None, threads, len(devices),
+                        tuple(dict.fromkeys(names)), ids)
+
+
+def read_header(path: str, where: str | None = None) -> KinetoHeader:
+    """:func:`header_facts` of a Kineto file, read without parsing its events (fast on large traces)."""
+    events = {str(cfg["document"]["events"]) for cfg in (schemas.config("kineto", v, str(path))
+                                                        for v in schemas.known_versions("kineto"))}
+    doc: dict = {}
+    for key in sorted(events):
+        doc = read_top_level(path, key)
+        if key not in doc:
+            break
+    return header_facts(doc, where or str(path))
 
 
 def parse_kineto(doc: dict, where: str) -> KinetoTrace:
@@ -116,17 +166,14 @@ def parse_kineto(doc: dict, where: str) -> KinetoTrace:
     iteration, iterations = kineto_iterations(ops)
     ops["iteration"] = iteration.astype("Int64")
     dist = doc.get(d["distributed"]) if isinstance(doc.get(d["distributed"]), dict) else {}
-    host = doc.get(d["host"])
-    threads = _int_or_none(doc.get(d["threads"]))
-    if d["threads"] in doc and (threads is None or threads < 1):
-        raise PmdbError(f"{where}: metadata '{d['threads']}' must be a thread count >= 1, "
-                        f"found {doc[d['threads']]!r}")
-    devices = doc.get(d["devices"])
+    head = header_facts(doc, where)
+    ran_on = [head.device_ids.get(int(n)) for n in kernels["device"].dropna().unique()]
+    gpus = tuple(dict.fromkeys(n for n in ran_on if n)) or head.gpu_names
     return KinetoTrace(str(cfg["version"]), ops.drop(columns=["index"]), kernels, iterations,
                        rank=_int_or_none(dist.get(cfg["distributed"]["rank"])),
                        world_size=_int_or_none(dist.get(cfg["distributed"]["world_size"])),
-                       ignored=dict(ignored), host=host if isinstance(host, str) and host else None,
-                       threads=threads, devices=len(devices) if isinstance(devices, list) else 0)
+                       ignored=dict(ignored), host=head.host, threads=head.threads, devices=head.devices,
+                       gpu_names=gpus)
 
 
 def _ops_frame(rows: list[dict[str, Any]], common: Vocabulary) -> pd.DataFrame:

@@ -10,6 +10,7 @@ from collectors.traces.import_set import TraceImport, amend_trace_set, import_tr
 from collectors.traces.ingest import PROFILED_WITH, RankTraces
 from pmdb.cli.common import open_store, render
 from pmdb.errors import PmdbError
+from pmdb.notes import say, wrapped
 
 
 def _pairs(kineto: list[Path], et: list[Path], ranks: list[int], profiled_with: Optional[str],
@@ -38,8 +39,9 @@ def trace(ctx: typer.Context,
                                          "(default 0, 1, ...; required with --trace-set)."),
           platform: Optional[str] = typer.Option(None, "--platform", help="Platform the traces were recorded on "
                                                  "(default: this machine, when the Kineto trace's host is this "
-                                                 "one); a new name of another machine is registered as an "
-                                                 "imported platform."),
+                                                 "one; else the registered platform of the GPU its "
+                                                 "deviceProperties name, e.g. nvidia-h200); a new name of another "
+                                                 "machine is registered as an imported platform."),
           measured_ms: Optional[float] = typer.Option(None, "--measured-ms", help="Unprofiled time of one "
                                                       "iteration (ms), timed without the profiler: the truth "
                                                       "model-mode predictions of the set are judged against."),
@@ -79,10 +81,10 @@ def trace(ctx: typer.Context,
         facts.append(f"profiled iteration {done.measured_us / 1000:.1f} ms")
     if done.given_measured_us is not None:
         facts.append(f"measured {done.given_measured_us / 1000:.1f} ms")
-    typer.echo(f"trace set {done.trace_set_id} on platform {done.platform} ({where}): {'; '.join(facts)}")
+    typer.echo(wrapped(f"trace set {done.trace_set_id} on platform {done.platform} ({where}): {'; '.join(facts)}"))
     render(done.files)
     for note in done.notes:
-        typer.echo(f"pmdb: note: {note}", err=True)
+        say("note", note)
 
 
 def register(app: typer.Typer) -> None:

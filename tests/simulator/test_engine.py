@@ -111,11 +111,12 @@ def test_next_collective_queues_behind_previous_one_sync_host():
     # calling thread goes on: 10..20 (DDP launches the next bucket's all_reduce without waiting)
     assert res.ranks[0].cpu_us == pytest.approx(20)
     assert res.predicted_us == pytest.approx(200)
-    # on a GPU the new collective aligns both streams at 101 (Algorithm 1): comm 1..101, compute 1..11; the
-    # second collective runs 102..202 and the last compute kernel 102..112 beside it
+    # on a GPU the new collective waits for the compute queued before it, not compute for it: comm 1..101,
+    # compute 1..11; the second collective queues behind the first, 102..202; the last compute kernel runs
+    # 12..22 beside them (Algorithm 1 aligned both streams here, holding compute until 102)
     res = simulate([ops], AsyncDevice())
     assert res.predicted_us == pytest.approx(202)
-    assert res.ranks[0].compute_front_us == pytest.approx(112)
+    assert res.ranks[0].compute_front_us == pytest.approx(22)
 
 
 def test_host_sync_moves_cpu_to_stream_front():

@@ -67,10 +67,15 @@ def test_a_wait_between_launches_is_a_host_wait_not_cpu_time(store, tmp_path):
     sem = sem_mod.get(Semantics.ASYNC_DEVICE)
     replayed = simulate(replay_programs(graph, Semantics.ASYNC_DEVICE), sem).predicted_us
     assert replayed == pytest.approx(STEP_US, rel=0.03)
-    # the wait follows the device: with k1 50 µs shorter the step is ~50 µs shorter (as CPU work it would not be)
-    first.dur_us -= 50.0
-    shorter = simulate(replay_programs(graph, Semantics.ASYNC_DEVICE), sem).predicted_us
-    assert replayed - shorter == pytest.approx(50.0, abs=3.0)
+    # the wait follows the device: with k1 50 µs longer the step is ~50 µs longer (as CPU work it would not be)
+    first.dur_us += 50.0
+    longer = simulate(replay_programs(graph, Semantics.ASYNC_DEVICE), sem)
+    assert longer.predicted_us - replayed == pytest.approx(50.0, abs=3.0) and longer.ranks[0].external_waits == 0
+    # with k1 50 µs shorter, the rank's own work no longer explains the traced 62 µs wait: replay keeps the wait as
+    # traced, the part beyond its own work an external wait (simulator.replay)
+    first.dur_us -= 100.0
+    shorter = simulate(replay_programs(graph, Semantics.ASYNC_DEVICE), sem)
+    assert shorter.predicted_us == pytest.approx(STEP_US, rel=0.03) and shorter.ranks[0].external_waits == 1
 
 
 def test_shared_cuda_sync_trace_replays_within_3_percent(store, shared_data, tmp_path):
