@@ -1,13 +1,14 @@
 """Shared pieces of the CLI: the workspace from ``--home``, opening the store, table output."""
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from types import ModuleType
+from typing import Any, Mapping, Optional, Sequence
 
 import pandas as pd
 import typer
-import typer.core
 
 from pmdb.cli.text_table import Cutter, column_cells, cut, dropped_note, is_empty, layout, terminal_width
 from pmdb.config import Workspace, resolve_workspace
@@ -19,16 +20,30 @@ LEGEND_LENGTH = 12  # values of a legend column longer than this are shown as [1
 
 
 def _hide_flag_types() -> None:
-    """Typer's help shows a flag (``--all``, ``--help``) with a ``<bool>`` type as if it took a value: show none."""
-    shown = typer.core.TyperOption.display_type_rich
-    if getattr(shown, "pmdb_hides_flags", False):
+    """Typer's help shows a flag (``--all``, ``--help``) with a ``<bool>`` type as if it took a value: show none.
+
+    Typer has no public hook for this, so its option class's ``display_type_rich`` is wrapped where this typer has
+    one (0.29 does); another typer (a GPU image's) lacks it or spells it differently, and then help keeps typer's
+    own types: a cosmetic difference, never a failed start."""
+    option = getattr(getattr(typer, "core", None), "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if option is None or not callable(shown) or getattr(shown, "pmdb_hides_flags", False):
         return
 
-    def display_type_rich(self: typer.core.TyperOption, ctx: typer.Context) -> Optional[str]:
-        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+    def display_type_rich(self: Any, ctx: typer.Context) -> Optional[str]:
+        return None if getattr(self, "is_flag", False) and self.metavar is None else shown(self, ctx)
 
     display_type_rich.pmdb_hides_flags = True  # type: ignore[attr-defined]
-    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    option.display_type_rich = display_type_rich
+
+
+def click_exceptions() -> ModuleType:
+    """The ``exceptions`` module of the click this typer runs on: typer 0.29 carries its own copy of click (its
+    Context derives from that copy's), older typers use the ``click`` package. Found from ``typer.Context``'s base
+    class, so no private typer name is imported."""
+    base = next((c for c in typer.Context.__mro__[1:] if c.__name__ == "Context"), None)
+    package = base.__module__.rsplit(".", 1)[0] if base is not None else "click"
+    return importlib.import_module(f"{package}.exceptions")
 
 
 _hide_flag_types()
@@ -107,7 +122,7 @@ def table_lines(frame: pd.DataFrame, *, limit: Optional[int] = None, hint: str =
     for column in lift:
         values = frame[column].tolist() if column in frame.columns else []
         if values and not is_empty(values[0]) and all(v == values[0] for v in values):
-            lines.append(f"{labels.get(column, column)}: {values[0]}")
+            lines.append(cut(f"{labels.get(column, column)}: {values[0]}", width))
             frame = frame.drop(columns=[column])
     total = len(frame)
     if limit and total > limit:
@@ -131,7 +146,7 @@ def table_lines(frame: pd.DataFrame, *, limit: Optional[int] = None, hint: str =
     for column, listed in below.items():
         lines += [] if column in dropped else listed
     if len(frame) < total:
-        lines.append(f"(showing {len(frame)} of {total} rows; {hint})")
+        lines.append(cut(f"(showing {len(frame)} of {total} rows; {hint})", width))
     if dropped:
         lines.append(dropped_note(dropped, width))
     return lines

@@ -3,10 +3,11 @@
 CREATE OR REPLACE VIEW completed_runs AS
     SELECT * FROM collection_runs WHERE status = 'completed';
 
--- Measured (not skipped) op timings of completed runs.
+-- Measured (not skipped) op timings of completed runs. CUDA rows timed as one call between two events before
+-- migration 0015 ('single_call': the host's launch path, not the kernel) are not kernel times and do not count.
 CREATE OR REPLACE VIEW v_op_measurements AS
     SELECT m.* FROM op_measurements m JOIN completed_runs r USING (run_id)
-    WHERE m.skipped IS NULL AND m.median_us IS NOT NULL;
+    WHERE m.skipped IS NULL AND m.median_us IS NOT NULL AND m.device_timing IS DISTINCT FROM 'single_call';
 
 CREATE OR REPLACE VIEW v_embedding_batch_stats AS
     SELECT s.* FROM embedding_batch_stats s JOIN completed_runs r USING (run_id);

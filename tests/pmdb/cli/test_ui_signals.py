@@ -1,0 +1,89 @@
+"""`pmdb ui` started in the background, as a non-interactive shell's `pmdb ui &` starts it (SIGINT ignored), stops
+with its MLflow server and every process under it on SIGINT and on SIGTERM. Real processes, real signals."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from pmdb.config import Workspace
+from pmdb.store import Store
+
+ENV = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _background() -> None:
+    """What a non-interactive shell does for `cmd &`: the job ignores SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_background_ui_stops_with_its_server_on_signal(tmp_path, signum):
+    ws = Workspace(tmp_path / "ws")
+    Store.open(ws, create=True).close()
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "pmdb", "--home", str(ws.home), "ui", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True, preexec_fn=_background)
+    children: list[int] = []
+    try:
+        deadline, status = time.monotonic() + 150, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+                    status = response.status
+                    break
+            except OSError:
+                time.sleep(1)
+        assert status == 200, proc.poll()
+        children = _descendants(proc.pid)
+        assert children, "the UI runs in child processes"
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in children:  # never leave a server behind, whatever the outcome
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    left = [pid for pid in children if _alive(pid)]
+    assert proc.returncode == 0, err
+    assert "MLflow UI stopped" in out, (out, err)
+    assert left == [], f"still running after {signum.name}: {left}"
