@@ -22,8 +22,16 @@ def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[st
             world_size: Optional[int], sharders: list[str], recorded_batch: Optional[int], mode: str, models: str,
             target_platform: Optional[str], cache_state: Optional[str], overhead_version: Optional[int],
             overheads_from: Optional[str], fmt: str, measure_shapes: bool = False,
-            kernels: str = "measured") -> None:
+            kernels: str = "measured", parallel: Optional[dict] = None) -> None:
     """Derive, predict and store each asked configuration (one per ``--sharder``, else one)."""
+    if parallel:
+        from pmdb.cli.whatif_parallel import parallel_what_if
+
+        return parallel_what_if(ctx, trace_set=trace_set, run_id=run_id, batch_size=batch_size,
+                                world_size=world_size, sharders=sharders, recorded_batch=recorded_batch, mode=mode,
+                                models=models, target_platform=target_platform, cache_state=cache_state,
+                                overhead_version=overhead_version, overheads_from=overheads_from, fmt=fmt,
+                                measure_shapes=measure_shapes, kernels=kernels, parallel=parallel)
     from simulator.model_set import check_cache_state
     from simulator.session import PredictionSession
     from simulator.store_rows import trace_set_for_run
