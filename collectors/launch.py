@@ -22,8 +22,9 @@ usually its consequence: peers see the closed connection). A silent death is rep
 signal and the tail of its log. Ctrl-C/SIGTERM in the parent (KeyboardInterrupt) stops every rank too.
 
 Inside a torchrun job (or any launcher that set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT) ``launch`` refuses
-with one line: its ranks would start a second job on this host beside the launcher's (``pmdb collect comms`` joins
-the launcher's job instead, see ``collectors.comms.sweep_ranks``).
+with one line: its ranks would start a second job on this host beside the launcher's (``pmdb collect comms`` and
+``pmdb collect workload`` join the launcher's job instead, see ``collectors.comms.sweep_ranks`` and
+``collectors.workloads.torchrun``).
 """
 from __future__ import annotations
 
@@ -244,8 +245,8 @@ def launch(target: Target, world_size: int, payload: Any, *, start_env: Mapping[
     joined = under_launcher()
     if joined:
         raise PmdbError(f"this command starts its own ranks on this host and cannot run inside a torchrun job "
-                        f"({joined}): run it once without torchrun (--world-size N); `pmdb collect comms` is the "
-                        f"command that joins a torchrun job")
+                        f"({joined}): run it once without torchrun (--world-size N); `pmdb collect comms` and "
+                        f"`pmdb collect workload` join a torchrun job")
     ctx = mp.get_context(start_method)
     if start_method == "forkserver" and preload:
         ctx.set_forkserver_preload(list(preload))

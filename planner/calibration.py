@@ -155,8 +155,8 @@ class Calibrations:
 
     def __getattr__(self, name: str) -> Any:
         """Terms of a fitted planner calibration (``*_latency_s``, ``*_fixed_s``, ``host_overlap``,
-        ``wave_weight``) from the first part that has them."""
-        if (name.endswith("_s") or name in ("host_overlap", "wave_weight")) and name != "parts":
+        ``wave_weight``, ``overlap_sharpness``) from the first part that has them."""
+        if (name.endswith("_s") or name in ("host_overlap", "wave_weight", "overlap_sharpness")) and name != "parts":
             for part in self.__dict__.get("parts", []):
                 if hasattr(part, name):
                     return getattr(part, name)

@@ -25,6 +25,8 @@ class Framework:
     overlap_p2p: bool = True              # pipeline send/recv overlapped with the stage's compute
     fused_grad_accumulation: bool = True  # weight-gradient GEMMs accumulate in place (no add per micro-batch)
     vocab_multiple: int = 128             # vocabulary padded to a multiple of this times the tensor group
+    softmax_fusion_batches: int = 0       # unfused attention: the fused scale-mask-softmax kernel runs only when
+    #                                       micro-batch × local heads is a multiple of this (0: always fused)
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -35,10 +37,13 @@ FRAMEWORKS: dict[str, Framework] = {
     "planner": Framework(),
     # Megatron-DeepSpeed as run for the vTrain ground truth (published configs and model code): fp16, no sequence
     # parallelism, unfused attention with the fused scale-mask-softmax kernel, DP all-reduce after the backward
-    # pass (no gradient bucketing), blocking pipeline send/recv, gradients accumulated by autograd.
+    # pass (no gradient bucketing), blocking pipeline send/recv, gradients accumulated by autograd. Megatron's
+    # FusedScaleMaskSoftmax.is_kernel_available takes the fused kernel only when b × local heads is a multiple of
+    # the kernel's batches per CUDA block (4 for keys longer than 128) and 16 < keys <= 4096; otherwise it runs the
+    # softmax in torch (fp32 cast, scale, mask, softmax, cast back: five kernels each way).
     "megatron-deepspeed": Framework(name="megatron-deepspeed", dtype="fp16", sequence_parallel=False,
                                     flash_attention=False, overlap_dp=False, overlap_p2p=False,
-                                    fused_grad_accumulation=False),
+                                    fused_grad_accumulation=False, softmax_fusion_batches=4),
 }
 
 

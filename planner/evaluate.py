@@ -9,9 +9,11 @@ framework overlaps it; the tied-embedding all-reduce between the first and last 
 
 A fitted planner calibration (planner/fitting.py) adds to every stage's micro-batch time
 ``layers/pp · layer_fixed + microbatch_fixed`` (under 'overhead'; through the 1F1B formula it also lengthens the
-bubble), to every GEMM launch its ``gemm_latency``, to a collective over n GPUs ``(n − 1) · collective_latency``;
-the host runs ahead of the GPU: a stage's micro-batch takes ``max(device time, host time)`` where host time is
-its kernels × ``kernel_overhead`` plus the fixed costs.
+bubble), to every GEMM launch its ``gemm_latency``;
+the host runs ahead of the GPU: a stage's micro-batch takes ``max(device time, host time)`` (or, with a fitted
+``overlap_sharpness`` p, the soft maximum ``(device^p + host^p)^(1/p)``) where host time is its kernels ×
+``kernel_overhead`` plus the fixed costs; a collective pays the fitted ``collective_fixed`` per call and, inside
+one NVLink domain, ``(n − 1) · collective_latency``.
 
 Terms as Megatron-DeepSpeed runs them (framework ``megatron-deepspeed``):
 
@@ -86,13 +88,14 @@ def evaluate(model: Transformer, system: System, c: Candidates, fw: Framework,
              + float(getattr(calibration, "microbatch_fixed_s", 0.0)))
     body = add(body, {"overhead": fixed})
     host_overlap = bool(getattr(calibration, "host_overlap", False))
+    sharpness = float(getattr(calibration, "overlap_sharpness", 0.0)) or None
     emb = timer.block(costs.emb_fwd + costs.emb_bwd, c, inv)
     head = timer.block(costs.head_fwd + costs.head_bwd, c, inv)
     p2p = timer.comm_time(Comm("stage_send_recv", "p2p", "pp_comm", 0.0, "pp", count=2), c,
                           expand(costs.p2p_bytes, inv, n))
     if fw.overlap_p2p:
         p2p = np.maximum(0.0, p2p - total(body))
-    parts = _pipeline(body, emb, head, {"pp_comm": p2p}, c, host_overlap)
+    parts = _pipeline(body, emb, head, {"pp_comm": p2p}, c, host_overlap, sharpness)
 
     params = stage_params(model, c, fw)
     e = DTYPE_BYTES[fw.dtype]
@@ -107,17 +110,19 @@ def evaluate(model: Transformer, system: System, c: Candidates, fw: Framework,
     return Evaluation(total(parts), parts, memory, fits, timer.usage)
 
 
-def _pipeline(body: Parts, emb: Parts, head: Parts, p2p: Parts, c: Candidates, host_overlap: bool = False) -> Parts:
+def _pipeline(body: Parts, emb: Parts, head: Parts, p2p: Parts, c: Candidates, host_overlap: bool = False,
+              sharpness: float | None = None) -> Parts:
     """1F1B over pp stages and nmb micro-batches; the slowest stage's parts × nmb, plus 'bubble'.
 
     ``host_overlap``: the host (kernel launches and fixed costs, 'overhead') runs ahead of the GPU, so a stage's
-    micro-batch takes ``max(device, host)``: 'overhead' keeps only ``max(0, host − device)``."""
+    micro-batch takes ``max(device, host)``: 'overhead' keeps only ``max(0, host − device)``; with ``sharpness`` p
+    the soft maximum ``(device^p + host^p)^(1/p)`` (see :func:`_host_exposed`)."""
     single = c.pp == 1
     first = add(body, emb, p2p, scale(head, single.astype(float)))
     last = add(body, head, p2p)
     middle = add(body, p2p)
     if host_overlap:
-        first, last, middle = (_host_exposed(p) for p in (first, last, middle))
+        first, last, middle = (_host_exposed(p, sharpness) for p in (first, last, middle))
     t_first, t_last, t_middle = total(first), total(last), total(middle)
     t_max = np.maximum.reduce([t_first, np.where(single, 0.0, t_last), np.where(c.pp > 2, t_middle, 0.0)])
     t_sum = np.where(single, t_first, t_first + t_last + np.maximum(c.pp - 2, 0) * t_middle)
@@ -127,11 +132,20 @@ def _pipeline(body: Parts, emb: Parts, head: Parts, p2p: Parts, c: Candidates, h
     return out
 
 
-def _host_exposed(parts: Parts) -> Parts:
-    """Parts with 'overhead' (host time) reduced to what the device time does not hide: max(0, host − device)."""
-    host = parts.get("overhead", 0.0)
-    device = total(parts) - host
-    return {**parts, "overhead": np.maximum(0.0, host - device)}
+def _host_exposed(parts: Parts, sharpness: float | None = None) -> Parts:
+    """Parts with 'overhead' (host time) reduced to what the device time does not hide: max(0, host − device).
+
+    With ``sharpness`` p: ``(device^p + host^p)^(1/p) − device``. A micro-batch alternates stretches where the GPU
+    waits for the host (small kernels, collectives that synchronise the ranks) with stretches where the host waits
+    for the GPU, so the sum of per-stretch maxima exceeds the maximum of the sums most where host and device times
+    are equal; p → ∞ is the plain maximum, p = 1 no overlap at all."""
+    host = np.asarray(parts.get("overhead", 0.0), dtype=float)
+    device = np.asarray(total(parts), dtype=float) - host
+    if sharpness is None:
+        return {**parts, "overhead": np.maximum(0.0, host - device)}
+    big = np.maximum(np.maximum(device, host), 1e-12)
+    soft = big * ((device / big) ** sharpness + (host / big) ** sharpness) ** (1.0 / sharpness)
+    return {**parts, "overhead": np.maximum(0.0, soft - device)}
 
 
 def _data_parallel(timer: Timer, c: Candidates, fw: Framework, grad_bytes: np.ndarray, layer_fwd: np.ndarray,

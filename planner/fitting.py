@@ -1,9 +1,9 @@
 """The planner's free parameters fitted to measured training runs: a small, versioned calibration.
 
 The analytical planner (roofline GEMMs with wave quantisation, ring collectives, 1F1B, recomputation, optimizer
-step) has constants that a spec sheet cannot give. :data:`PARAMS` are the 9 it fits, each entering the
-prediction as follows (P = peak fp16 tensor-core FLOP/s; F = 2·M·N·K·batch FLOPs of one GEMM launch, W the same
-rounded up to whole waves of 128×128 tiles over the SMs):
+step) has constants that a spec sheet cannot give. :data:`PARAMS` are the 13 it may fit (a fit fits those its runs
+identify, :func:`fitted_names`), each entering the prediction as follows (P = peak fp16 tensor-core FLOP/s; F =
+2·M·N·K·batch FLOPs of one GEMM launch, W the same rounded up to whole waves of 128×128 tiles over the SMs):
 
 - ``gemm_eff`` (fraction): achieved/peak tensor-core rate of a large GEMM; ``wave_weight`` (0..1): the share of
   the wave-quantisation loss that is real (cuBLAS picks other tiles); ``gemm_latency_us`` (µs): fixed time per GEMM
@@ -19,14 +19,23 @@ rounded up to whole waves of 128×128 tiles over the SMs):
   checkpoint save/restore of full recomputation), ``layers/pp`` times per micro-batch and stage.
 - ``microbatch_fixed_us`` (µs): host cost per micro-batch per stage (schedule step, loss, pipeline handshakes,
   gradient-accumulation bookkeeping).
+- ``collective_fixed_us`` (µs): cost of every collective call whatever its group (launch, NCCL setup).
+- ``overlap_sharpness`` (exponent p): the host runs ahead of the GPU, so one stage's micro-batch takes the soft
+  maximum ``(device^p + host^p)^(1/p)`` of its device time and its host time ``kernels · kernel_overhead +
+  layers/pp · layer_fixed + microbatch_fixed`` (stretches where the GPU waits for the host alternate with stretches
+  where the host waits: the sum of per-stretch maxima exceeds the maximum of the sums most where the two are
+  equal); through the 1F1B formula this also sets the bubble. Calibrations without it take the plain maximum.
+- ``network_eff`` (fraction of NIC peak) and ``network_latency_us`` (µs per ring step across nodes): the
+  inter-node network. Only runs that span several NVLink domains identify them: a fit without such runs leaves
+  them out (the system file's values stand), and ``collective_latency`` is charged inside a domain only, so a
+  single-node fit moves nothing of the inter-node traffic.
 
-Host and device overlap (not a parameter): the host runs ahead of the GPU, so one stage's micro-batch takes
-``max(device time, kernels · kernel_overhead + layers/pp · layer_fixed + microbatch_fixed)``; through the 1F1B
-formula this also sets the bubble. Collectives outside the NVLink domain keep the system file's network
-efficiency (the sample has no multi-node runs to fit it on).
+Efficiencies and the network latency carry a weak log-normal prior centred on the system file's values
+(:data:`PRIOR_WIDTH`), so a parameter the runs cannot tell apart from the additive costs stays near its
+spec-sheet estimate instead of running to a bound.
 
-The fit minimises the squared log ratio predicted/measured over the training runs (scipy least squares, bounded),
-so every run weighs the same whatever its length. Train and test are split by configuration with a seeded
+The fit minimises the squared log ratio predicted/measured over the training runs (scipy least squares, bounded,
+soft-L1), so every run weighs the same whatever its length. Train and test are split by configuration with a seeded
 permutation; the test runs are never seen by the fit.
 """
 from __future__ import annotations
@@ -61,9 +70,25 @@ PARAMS: dict[str, tuple[float, float, float, str]] = {
     "hbm_eff": (0.85, 0.2, 1.0, "fraction of peak"),
     "nvlink_eff": (0.7, 0.05, 1.0, "fraction of peak"),
     "collective_latency_us": (10.0, 0.0, 1000.0, "µs per ring step of a collective"),
+    "collective_fixed_us": (20.0, 0.0, 1000.0, "µs per collective call"),
     "layer_fixed_us": (50.0, 0.0, 10000.0, "µs per layer and micro-batch"),
     "microbatch_fixed_us": (500.0, 0.0, 100000.0, "µs per micro-batch and stage"),
+    "overlap_sharpness": (4.0, 1.0, 50.0, "exponent of the host/device soft maximum"),
+    "network_eff": (0.7, 0.05, 1.0, "fraction of NIC peak"),
+    "network_latency_us": (5.0, 0.0, 50.0, "µs per ring step across nodes"),
 }
+# identified only by runs that span several NVLink domains: a fit without such runs leaves them at the system
+# file's values (they are then absent from the calibration)
+MULTI_DOMAIN = ("network_eff", "network_latency_us")
+# absent from calibrations registered before they existed: such a calibration keeps its old behaviour
+OPTIONAL = ("overlap_sharpness", "collective_fixed_us", *MULTI_DOMAIN)
+# Physical prior of each efficiency and of the network latency (log-normal, centred on the system file's value,
+# this width in log units; the latency as log(1 µs + value)): a run set that cannot tell them apart from the
+# additive costs leaves them near the spec-sheet estimate instead of at a bound. One width weighs like PRIOR_RUNS
+# runs predicted 10% off. The network latency's bound (50 µs per ring step, ten times an InfiniBand hop) keeps a
+# fit whose multi-node runs have few small collectives from trading bandwidth for latency.
+PRIOR_WIDTH = {"gemm_eff": 0.15, "hbm_eff": 0.25, "nvlink_eff": 0.25, "network_eff": 0.5, "network_latency_us": 1.0}
+PRIOR_RUNS = 1.0
 CONFIG_COLUMNS = ("hidden", "heads", "layers", "seq_len", "tp", "pp", "dp", "micro_batch", "global_batch")
 FAMILY = "planner_calibration"
 OP = "planner"
@@ -89,14 +114,25 @@ class PlannerCalibration:
         unknown = sorted(set(self.params) - set(PARAMS))
         if unknown:
             raise PmdbError(f"unknown planner calibration parameter {unknown[0]!r} (known: {', '.join(PARAMS)})")
-        self.params = {k: float(self.params.get(k, PARAMS[k][0])) for k in PARAMS}
+        self.params = {k: float(self.params.get(k, PARAMS[k][0])) for k in PARAMS
+                       if k in self.params or k not in OPTIONAL}
 
     def system(self, base: System) -> System:
         """``base`` with the fitted GEMM / HBM / NVLink efficiencies and per-kernel overhead."""
         p = self.params
         efficiency = dict(base.efficiency, matrix=p["gemm_eff"], vector=p["hbm_eff"], hbm=p["hbm_eff"],
                           nvlink=p["nvlink_eff"])
-        return dataclasses.replace(base, efficiency=efficiency, op_overhead_us=p["kernel_overhead_us"])
+        changes: dict[str, Any] = {}
+        if "network_eff" in p:
+            efficiency["network"] = p["network_eff"]
+        if "network_latency_us" in p:
+            changes["network_latency_us"] = p["network_latency_us"]
+        return dataclasses.replace(base, efficiency=efficiency, op_overhead_us=p["kernel_overhead_us"], **changes)
+
+    @property
+    def overlap_sharpness(self) -> float:
+        """Exponent p of the host/device soft maximum; 0 (calibrations without it): the plain maximum."""
+        return self.params.get("overlap_sharpness", 0.0)
 
     @property
     def host_overlap(self) -> bool:
@@ -114,6 +150,10 @@ class PlannerCalibration:
     @property
     def collective_latency_s(self) -> float:
         return self.params["collective_latency_us"] * 1e-6
+
+    @property
+    def collective_fixed_s(self) -> float:
+        return self.params.get("collective_fixed_us", 0.0) * 1e-6
 
     @property
     def layer_fixed_s(self) -> float:
@@ -170,29 +210,70 @@ def data_hash(runs: pd.DataFrame) -> str:
     return hashlib.sha256(pd.util.hash_pandas_object(runs, index=False).values.tobytes()).hexdigest()[:16]
 
 
+def spans_domains(runs: pd.DataFrame, base: System) -> np.ndarray:
+    """Boolean per run: more GPUs than one NVLink domain holds (its collectives cross the network)."""
+    return runs["gpus"].to_numpy() > base.nvlink_domain
+
+
+def fitted_names(runs: pd.DataFrame, base: System) -> list[str]:
+    """The parameters ``runs`` can identify: all of :data:`PARAMS`, less :data:`MULTI_DOMAIN` when no run spans
+    several NVLink domains (a single-node fit leaves the inter-node network at the system file's values)."""
+    multi = bool(spans_domains(runs, base).any())
+    return [n for n in PARAMS if multi or n not in MULTI_DOMAIN]
+
+
+def _start(name: str, base: System) -> float:
+    """Initial value (and prior centre) of a parameter: the system file's value where it has one."""
+    from_system = {"gemm_eff": base.efficiency["matrix"], "hbm_eff": base.efficiency["hbm"],
+                   "nvlink_eff": base.efficiency["nvlink"], "network_eff": base.efficiency["network"],
+                   "network_latency_us": base.network_latency_us}
+    low, high = PARAMS[name][1:3]
+    return float(np.clip(from_system.get(name, PARAMS[name][0]), low, high))
+
+
+def _log_ratio(name: str, value: float, centre: float) -> float:
+    """log(value / centre); for µs parameters log((1 µs + value) / (1 µs + centre)) (they may be 0)."""
+    pad = 1.0 if name.endswith("_us") else 0.0
+    return float(np.log((pad + value) / (pad + centre)))
+
+
 def fit(runs: pd.DataFrame, base: System, fw: Framework, *, vocab: int, seed: int = 0, recompute: str = "full",
-        test_fraction: float = 0.2, max_evaluations: int = 400) -> FitResult:
-    """Fit :data:`PARAMS` on the training split of ``runs``; predict all runs; summarise train and test apart."""
+        test_fraction: float = 0.2, max_evaluations: int = 400, test: np.ndarray | None = None) -> FitResult:
+    """Fit the identifiable :data:`PARAMS` (:func:`fitted_names`) on the training split of ``runs``; predict all
+    runs; summarise train and test apart. ``test`` (boolean per run) replaces the seeded split (cross-validation
+    folds); efficiencies carry their weak physical prior (:data:`PRIOR_WIDTH`)."""
     from scipy.optimize import least_squares
 
-    train, test = split_runs(runs, seed, test_fraction)
+    if test is None:
+        train, test = split_runs(runs, seed, test_fraction)
+    else:
+        test = np.asarray(test, dtype=bool)
+        train = ~test
+        if not train.any():
+            raise PmdbError("no training runs left: the held-out runs are all of them")
     train_runs = runs[train]
     measured = np.log(train_runs["measured_s"].to_numpy())
-    names = list(PARAMS)
+    names = fitted_names(train_runs, base)
+    start_values = np.array([_start(n, base) for n in names])
     # optimise in scaled units (value / initial, or value in 10 µs for parameters starting at 0)
-    scale = np.array([PARAMS[n][0] or 10.0 for n in names])
+    scale = np.where(start_values > 0, start_values, 10.0)
     lower = np.array([PARAMS[n][1] for n in names]) / scale
     upper = np.array([PARAMS[n][2] for n in names]) / scale
+    priors = [(i, start_values[i], PRIOR_WIDTH[n]) for i, n in enumerate(names) if n in PRIOR_WIDTH]
+    prior_weight = 0.1 * np.sqrt(PRIOR_RUNS)   # one prior width counts like PRIOR_RUNS runs 10% off
     evaluations = 0
 
     def residuals(x: np.ndarray) -> np.ndarray:
         nonlocal evaluations
         evaluations += 1
-        cal = PlannerCalibration(dict(zip(names, x * scale)))
-        return np.log(predict(train_runs, base, fw, cal, vocab=vocab, recompute=recompute)) - measured
+        values = x * scale
+        cal = PlannerCalibration(dict(zip(names, values)))
+        data = np.log(predict(train_runs, base, fw, cal, vocab=vocab, recompute=recompute)) - measured
+        prior = [prior_weight * _log_ratio(names[i], values[i], centre) / width for i, centre, width in priors]
+        return np.concatenate([data, prior])
 
     start = time.perf_counter()
-    x0 = np.clip(np.ones(len(names)), lower, upper)
+    x0 = np.clip(start_values / scale, lower, upper)
     solution = least_squares(residuals, x0, bounds=(lower, upper), method="trf", diff_step=1e-3,
                              max_nfev=max_evaluations, loss="soft_l1", f_scale=0.1)
     elapsed = time.perf_counter() - start
@@ -229,11 +310,12 @@ class PlannerCalibrationModel(Model):
 
     def config(self) -> dict[str, Any]:
         return {"params": self.calibration.params, "system": self.system_dict, "framework": self.framework,
-                "vocab": self.vocab, "recompute": self.recompute, "n_params": len(PARAMS),
+                "vocab": self.vocab, "recompute": self.recompute, "n_params": len(self.calibration.params),
                 "features": {"names": list(CONFIG_COLUMNS), "target": "iteration time"}}
 
     def describe(self) -> dict[str, Any]:
-        return {**self.calibration.params, "n_params": len(PARAMS), "system": self.system_dict.get("name"),
+        return {**self.calibration.params, "n_params": len(self.calibration.params),
+                "system": self.system_dict.get("name"),
                 "framework": self.framework, "vocab": self.vocab, "recompute": self.recompute}
 
     @classmethod
@@ -280,7 +362,8 @@ def register(store: "Store", result: FitResult, model: PlannerCalibrationModel, 
     registry = Registry(store.workspace)
     split = {"seed": result.seed, "test_fraction": result.settings["test_fraction"],
              "train_rows": np.flatnonzero(result.train).tolist(), "test_rows": np.flatnonzero(result.test).tolist(),
-             "train_metrics": {k: float(v) for k, v in result.train_summary.items()}, "n_params": len(PARAMS)}
+             "train_metrics": {k: float(v) for k, v in result.train_summary.items()},
+             "n_params": len(result.calibration.params)}
     version = registry.log_version(store, fit_run_id, record, model, [], split)
     champion = choose_champion(store, name, fit_run_id)
     if champion is not None:

@@ -91,9 +91,10 @@ def _attention(model: Transformer, fw: Framework, b: Array, heads: Array, kv: Ar
         return fwd, bwd
     count = b * heads
     scores = count * s_q * s_k
+    softmax, softmax_bwd = _softmax(fw, count, s_q, s_k, scores, e)
     fwd = [*gather,
            gemm("attn_scores", s_q, s_k, d, e, count=count, attn_core=True),
-           vector("scale_mask_softmax", scores, 5, 2 * e, saved=e * scores, attn_core=True),
+           softmax,
            vector("attn_dropout", scores, 1, 2 * e + 1, saved=scores, attn_core=True),
            gemm("attn_context", s_q, d, s_k, e, count=count, saved=e * scores, attn_core=True),
            vector("context_copy", T * heads * d, 0, 2 * e)]
@@ -102,11 +103,33 @@ def _attention(model: Transformer, fw: Framework, b: Array, heads: Array, kv: Ar
            gemm("attn_context_dgrad", s_q, s_k, d, e, count=count),     # dP = dO·Vᵀ
            gemm("attn_context_vgrad", s_k, d, s_q, e, count=count),     # dV = Pᵀ·dO
            vector("attn_dropout_bwd", scores, 1, 2 * e + 1),
-           vector("scale_mask_softmax_bwd", scores, 3, 3 * e),
+           softmax_bwd,
            gemm("attn_scores_qgrad", s_q, d, s_k, e, count=count),      # dQ = dS·K
            gemm("attn_scores_kgrad", s_k, d, s_q, e, count=count),      # dK = dSᵀ·Q
            vector("qkv_grad_concat", T * (heads + 2 * kv) * d, 0, 2 * e),
            *scatter]
+    return fwd, bwd
+
+
+def _softmax(fw: Framework, count: Array, s_q: Array, s_k: Array, scores: Array, e: int) -> tuple[Op, Op]:
+    """Scale + causal mask + softmax over ``scores`` elements (``count`` = micro-batch × local heads matrices).
+
+    Fused kernel: read and write e bytes per score each way. Where the framework's fused kernel does not apply
+    (``Framework.softmax_fusion_batches``: count not a multiple of it, or keys outside (16, 4096]), torch runs
+    it in fp32: forward cast (e + 4 bytes), scale (8), mask (8), softmax (8), cast back (4 + e), 5 kernels;
+    backward the mirror (cast, masked-fill and scale gradients, softmax backward reading output and gradient,
+    cast back: 2e + 36 bytes), 5 kernels."""
+    unit = fw.softmax_fusion_batches
+    if fw.flash_attention or not unit:
+        fused = np.asarray(True)
+    else:
+        s_k = np.asarray(s_k, dtype=float)
+        fused = ((np.asarray(count) % unit == 0) & (s_k > 16) & (s_k <= 4096)
+                 & (np.asarray(s_q) % 4 == 0) & (s_k % 4 == 0))
+    fwd = vector("scale_mask_softmax", scores, 5, np.where(fused, 2 * e, 2 * e + 32),
+                 launches=np.where(fused, 1, 5), saved=e * scores, attn_core=True)
+    bwd = vector("scale_mask_softmax_bwd", scores, 3, np.where(fused, 3 * e, 2 * e + 36),
+                 launches=np.where(fused, 1, 5))
     return fwd, bwd
 
 

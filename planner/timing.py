@@ -63,6 +63,7 @@ class Timer:
         # additive terms of a fitted planner calibration (planner/fitting.py); 0 without one
         self.gemm_latency = float(getattr(calibration, "gemm_latency_s", 0.0))
         self.collective_latency = float(getattr(calibration, "collective_latency_s", 0.0))
+        self.collective_fixed = float(getattr(calibration, "collective_fixed_s", 0.0))
         self.wave_weight = float(getattr(calibration, "wave_weight", 1.0))
         self.gemm_model: GemmModel | None = calibration if hasattr(calibration, "gemm_time") else None
         self.comm_model: CollectiveModel | None = calibration if hasattr(calibration, "collective_time") else None
@@ -110,7 +111,11 @@ class Timer:
         """Seconds of one collective for every candidate (``nbytes`` already per candidate)."""
         n, fast = cands.group(comm.dim)
         time = collective_time(comm.kind, nbytes, n, fast, self.system, self.comm_model, self.usage)
-        return comm.count * (time + np.where(n > 1, self.collective_latency * (n - 1), 0.0))
+        # fitted: a fixed cost per collective call (launch, NCCL setup), and per ring step inside one NVLink domain;
+        # across domains the network latency (system file, or fitted on multi-node runs) prices every ring step
+        inside = (np.minimum(fast, n) >= n) & (n > 1)
+        extra = np.where(n > 1, self.collective_fixed, 0.0) + np.where(inside, self.collective_latency * (n - 1), 0.0)
+        return comm.count * (time + extra)
 
     # ---- a list of steps --------------------------------------------------------------------------------------
     def block(self, steps: list[Step], cands: Candidates, inv: np.ndarray) -> Parts:

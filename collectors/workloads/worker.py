@@ -88,10 +88,11 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
     started = time.perf_counter()
     torch.set_num_threads(job.threads)
     cuda = job.device == "cuda"
-    device = torch.device(f"cuda:{rank}" if cuda else "cpu")
+    local = int(os.environ.get("LOCAL_RANK", rank))   # a torchrun job: this host's GPU of the rank
+    device = torch.device(f"cuda:{local}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
-    if world_size > 1:
+    if world_size > 1 and not dist.is_initialized():   # a torchrun job's rank joined it already
         dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
     trainer = _trainer(job, rank, device)
     trainer.prepare(sorted(set(job.warmup_ids + job.timed_ids)))

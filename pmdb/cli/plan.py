@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -247,8 +247,10 @@ def validate(ctx: typer.Context,
 
 @plan_app.command()
 def calibrate(ctx: typer.Context,
-              runs_file: Path = typer.Option(..., "--runs", help="CSV of measured runs (the headers `pmdb plan "
-                                                                 "validate` reads)."),
+              runs_file: List[Path] = typer.Option(..., "--runs", help="CSV of measured runs (the headers `pmdb "
+                                                                       "plan validate` reads); repeat it to fit "
+                                                                       "ONE calibration on several files (e.g. "
+                                                                       "single- and multi-node runs)."),
               system: str = typer.Option("a100", "--system", help="Shipped system the runs were measured on "
                                                                   "(a100, h100, ...)."),
               seed: int = typer.Option(0, "--seed", help="Seed of the train/test split by configuration."),
@@ -264,8 +266,9 @@ def calibrate(ctx: typer.Context,
                                                        "may spend."),
               fmt: str = typer.Option("table", "--format", help="table, csv or json (the fitted parameters).")
               ) -> None:
-    """Fit the planner's 9 free parameters on the training split of measured runs, report held-out MAPE/GMAE and
-    register the calibration as a new version of pmdb.<system>.planner (aliases latest, champion)."""
+    """Fit the planner's free parameters on the training split of measured runs (the inter-node network's only
+    when some runs span several nodes), report held-out MAPE/GMAE and register the calibration as a new version of
+    pmdb.<system>.planner (aliases latest, champion)."""
     import pandas as pd
 
     from planner import fitting
@@ -279,20 +282,21 @@ def calibrate(ctx: typer.Context,
         raise PmdbError(f"bad --max-evaluations {max_evaluations}: give a positive number")
     base = load_system(system)
     fw = framework_preset(framework)
-    runs = read_runs(runs_file)
+    runs = pd.concat([read_runs(path) for path in runs_file], ignore_index=True)
     result = fitting.fit(runs, base, fw, vocab=vocab, seed=seed, recompute=recompute, test_fraction=test_fraction,
                          max_evaluations=max_evaluations)
     model = fitting.PlannerCalibrationModel(result.calibration, base.as_dict(), fw.name, vocab, recompute)
-    args = {"runs": str(runs_file), "system": system, "seed": seed, "test_fraction": test_fraction,
+    args = {"runs": [str(path) for path in runs_file], "system": system, "seed": seed, "test_fraction": test_fraction,
             "framework": framework, "recompute": recompute, "vocab": vocab, "max_evaluations": max_evaluations}
     with open_store(ctx) as store:
         with store.run("plan-calibrate", None, args) as run:
             name, version, champion = fitting.register(store, result, model, fit_run_id=run.run_id,
-                                                       source=str(runs_file))
+                                                       source=",".join(str(path) for path in runs_file))
             run.summary = {"name": name, "version": version, "test_mape": round(result.test_summary["mape"], 6),
-                           "test_gmae": round(result.test_summary["gmae"], 6), "n_params": len(fitting.PARAMS)}
+                           "test_gmae": round(result.test_summary["gmae"], 6),
+                           "n_params": len(result.calibration.params)}
     tr, te = result.train_summary, result.test_summary
-    typer.echo(f"{name} v{version} ({len(fitting.PARAMS)} parameters, seed {seed}; champion v{champion}): "
+    typer.echo(f"{name} v{version} ({len(result.calibration.params)} parameters, seed {seed}; champion v{champion}): "
                f"train {tr['n']} runs MAPE {100 * tr['mape']:.1f}% GMAE {100 * tr['gmae']:.1f}%; "
                f"held out {te['n']} runs MAPE {100 * te['mape']:.1f}% GMAE {100 * te['gmae']:.1f}%",
                err=fmt != "table")

@@ -23,7 +23,7 @@ def _runs(**overrides) -> pd.DataFrame:
 
 
 def test_parameter_count_is_stated_and_small():
-    assert len(PARAMS) == 9
+    assert len(PARAMS) == 13
     assert all(lo <= init <= hi for init, lo, hi, _ in PARAMS.values())
     with pytest.raises(PmdbError, match="unknown planner calibration parameter 'gemm_speed'"):
         PlannerCalibration({"gemm_speed": 1.0})
