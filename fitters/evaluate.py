@@ -53,7 +53,7 @@ def replicate_gmae(store: Any, measurement_ids: pd.Series | np.ndarray) -> float
     spread = np.sqrt((n - 1) / n * frame["std_us"].to_numpy(dtype=float) ** 2
                      + (frame["mean_us"] - frame["median_us"]).to_numpy(dtype=float) ** 2)
     relative = spread / frame["median_us"].to_numpy(dtype=float)
-    return float(np.exp(np.mean(np.log(relative + metrics.GMAE_EPSILON))))
+    return metrics.gmae_of_abs(relative)
 
 
 def data_hash(ids: pd.Series | np.ndarray, params: pd.DataFrame, times_us: np.ndarray) -> str:

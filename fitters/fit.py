@@ -348,12 +348,14 @@ def fit_models(store: Store, workspace: Workspace, platform: str, options: FitOp
             "budget_minutes": options.budget_minutes, "seed": options.seed}
     with store.run("fit", platform, args) as run:
         fitter = Fitter(store, workspace, platform, options)
+        fitter.registry.champions_on_completion(store, run)   # champions move only if the fit completes
         with fitter.registry.parent_run(platform, fit_command(platform, options), run.run_id) as totals:
             results = fitter.run(tasks, peaks, run.run_id)
             run.summary = {"versions": len(results), "champions": sum(r["champion"] for r in results),
                            "skipped": notes, "dropped_rows": int(sum({id(t.group): t.group.dropped for t in tasks}
                                                                       .values()))}
             totals.update(versions=run.summary["versions"], champions=run.summary["champions"])
+    fitter.registry.publish_champions()
     return pd.DataFrame(results), notes
 
 

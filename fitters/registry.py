@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import sqlite3
+import sys
 import tempfile
 import time
 import urllib.error
@@ -40,7 +41,7 @@ import pmdb  # noqa: F401  (sets the MLflow environment before mlflow is importe
 from fitters.model import MODEL_FILE, Model
 from pmdb.config import Workspace
 from pmdb.errors import PmdbError
-from pmdb.store import Store
+from pmdb.store import Run, Store
 
 CHAMPION = "champion"
 LATEST = "latest"
@@ -181,6 +182,87 @@ def _probe(uri: str) -> None:
 
 
 @lru_cache(maxsize=None)
+def _schema_head() -> str | None:
+    """The newest MLflow schema revision this MLflow knows (alembic head of its migrations)."""
+    import mlflow
+    from alembic.script import ScriptDirectory
+
+    try:
+        return ScriptDirectory(str(Path(mlflow.__file__).parent / "store" / "db_migrations")).get_current_head()
+    except Exception:  # noqa: BLE001  (an MLflow without its migrations folder: cannot tell)
+        return None
+
+
+def half_migrated(db: Path) -> str | None:
+    """Why the MLflow sqlite file ``db`` is not a usable store of this MLflow (a schema migration that stopped
+    midway, e.g. on a full disk, leaves it so for good), or None when it is usable or absent."""
+    if not db.is_file():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as conn:
+            tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            revision = (conn.execute("SELECT version_num FROM alembic_version").fetchone() or [None])[0] \
+                if "alembic_version" in tables else None
+    except sqlite3.Error as exc:
+        return f"it does not read as an MLflow store ({exc})"
+    stray = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
+    if stray:
+        return f"an MLflow schema migration stopped midway (table {stray[0]} left)"
+    head = _schema_head()
+    if revision is None:
+        return "it has no MLflow schema version (its creation stopped midway)"
+    if head is not None and revision != head:
+        return f"its MLflow schema stopped at revision {revision}, not this MLflow's {head}"
+    return None
+
+
+class RegistryWriteError(PmdbError):
+    """The MLflow store could not be created (disk full): exit 1, nothing fitted, no partial mlflow.db left."""
+
+    exit_code = 1
+
+
+def create_local_registry(workspace: Workspace) -> None:
+    """Create and migrate the workspace's mlflow.db when missing, in a temporary file renamed into place when
+    complete: a full disk fails here in one line and leaves no half-migrated store. Refuse (one line) one that
+    a stopped migration left half-migrated."""
+    db = workspace.mlflow_db
+    reason = half_migrated(db)
+    if reason:
+        raise PmdbError(f"the MLflow registry {db} is half-migrated: {reason}; "
+                        f"`{_doctor_repair(workspace)}` moves it aside and rebuilds it from the model files")
+    if db.exists():
+        return
+    from mlflow import MlflowClient
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("mlflow").setLevel(logging.ERROR)
+    temporary = db.with_name(f"{db.name}.creating-{os.getpid()}")
+    try:
+        client = MlflowClient(tracking_uri=f"sqlite:///{temporary.resolve()}",
+                              registry_uri=f"sqlite:///{temporary.resolve()}")
+        client.search_experiments(max_results=1)   # creates every table and runs every migration
+        for store in (getattr(client, "_tracking_client", None), getattr(client, "_registry_client", None)):
+            engine = getattr(getattr(store, "store", None), "engine", None)
+            if engine is not None:
+                engine.dispose()
+        os.replace(temporary, db)
+    except Exception as exc:  # noqa: BLE001  (a full disk, an I/O error inside MLflow's migration)
+        for path in temporary.parent.glob(temporary.name + "*"):
+            path.unlink(missing_ok=True)
+        lines = str(exc).strip().splitlines()
+        reason = lines[0][:200] if lines else type(exc).__name__
+        raise RegistryWriteError(f"creating the MLflow registry {db} failed ({reason}): free disk space, then "
+                                 f"re-run; nothing was fitted") from None
+
+
+def _doctor_repair(workspace: Workspace) -> str:
+    from pmdb.store_check import pmdb_command
+
+    return pmdb_command(workspace, "doctor --repair")
+
+
+@lru_cache(maxsize=None)
 def _client(uri: str) -> Any:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -211,8 +293,11 @@ class Registry:
         self._mirror_checked = False
         self._experiments: dict[str, str] = {}   # experiment name -> id, looked up (or created) once
         self._registered: set[str] = set()       # registered model names known to exist
+        self._deferred: dict[str, int] | None = None  # champion moves waiting for the run to complete
         if store is not None:
             self.check_mirror(store)
+        if self.local:
+            create_local_registry(workspace)   # before any fit work: complete, or absent with one line
         self.client = _client(self.uri)
         _use_uri(self.uri)
         if self.local:
@@ -328,8 +413,37 @@ class Registry:
 
     # ---- aliases and loading -------------------------------------------------------------------------------
     def set_champion(self, store: Store, name: str, version: int) -> None:
+        """Move ``champion`` of ``name`` to ``version``: at once, or, inside :meth:`champions_on_completion`, when
+        that run completes."""
+        if self._deferred is not None:
+            self._deferred[name] = int(version)
+            return
         self.client.set_registered_model_alias(name, CHAMPION, str(version))
         set_mirror_alias(store, name, CHAMPION, version)
+
+    def champions_on_completion(self, store: Store, run: Run) -> None:
+        """From now on champion moves wait for ``run`` to complete: the store's aliases (what predict uses) are
+        written in the transaction that marks it completed; :meth:`publish_champions` then sets MLflow's. A run
+        killed, failed or interrupted before moves no champion (MLflow's lag behind the store's at worst, which
+        ``pmdb doctor --repair`` aligns)."""
+        self._deferred = {}
+        deferred = self._deferred
+
+        def write() -> None:
+            for name, version in deferred.items():
+                set_mirror_alias(store, name, CHAMPION, version)
+        run.on_complete.append(write)
+
+    def publish_champions(self) -> None:
+        """MLflow's champions set to the moves the completed run wrote to the store; moves go direct again."""
+        deferred, self._deferred = self._deferred or {}, None
+        try:
+            for name, version in deferred.items():
+                self.client.set_registered_model_alias(name, CHAMPION, str(version))
+        except Exception as exc:  # noqa: BLE001  (the fit completed; the store's champions are the ones used)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            print(f"pmdb: warning: MLflow's champions were not all moved ({first}); the store's are; "
+                  f"`{_doctor_repair(self.workspace)}` aligns them", file=sys.stderr)
 
     def resolve_version(self, name: str, version: int | str) -> int:
         """The version number of ``name`` at a number, ``latest`` or an alias (``champion``)."""

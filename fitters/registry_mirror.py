@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from fitters.model import MODEL_FILE
-from fitters.registry import (CHAMPION, MODEL_DIR, NAME_PATTERNS, Registry, cache_root, log_pyfunc,
+from fitters.registry import (CHAMPION, MODEL_DIR, NAME_PATTERNS, Registry, cache_root, half_migrated, log_pyfunc,
                               set_mirror_alias)
 from pmdb.config import Workspace
 from pmdb.errors import PmdbError
@@ -256,9 +256,13 @@ def _local_model_ids(workspace: Workspace) -> set[str]:
 
 def checks(store: Store, workspace: Workspace) -> tuple[list[Check], Comparison]:
     """``pmdb doctor``'s lines about the registry: versions, unmirrored versions, champions, model files."""
-    cmp = compare(store, workspace)
     fix = pmdb_command(workspace, "doctor --repair")
     local = workspace.mlflow_uri == workspace.local_mlflow_uri
+    broken = half_migrated(workspace.mlflow_db) if local else None
+    if broken:
+        return [Check("registry", False, f"mlflow.db is half-migrated: {broken}", fix, repairable=True)], \
+            Comparison(describe(workspace))
+    cmp = compare(store, workspace)
     where = "mlflow.db" if local else "the registry"
     lost = f"; {len(cmp.lost)} marked lost" if cmp.lost else ""
     if local and not workspace.mlflow_db.exists() and not cmp.mirrored:
@@ -296,8 +300,10 @@ def checks(store: Store, workspace: Workspace) -> tuple[list[Check], Comparison]
 # ---- repair -----------------------------------------------------------------------------------------------------
 def repair(store: Store, workspace: Workspace) -> list[str]:
     """Make the registry agree with the store's mirror without losing anything; one line per thing done."""
-    registry = Registry(workspace)
     done: list[str] = []
+    if workspace.mlflow_uri == workspace.local_mlflow_uri and half_migrated(workspace.mlflow_db):
+        done.append(_move_aside(workspace.mlflow_db))   # rebuilt below from the model files, as a deleted one
+    registry = Registry(workspace)
     cmp = compare(store, workspace)
     done += _restore_files(store, workspace, registry, cmp)
     cmp = compare(store, workspace)
@@ -347,6 +353,16 @@ def repair(store: Store, workspace: Workspace) -> list[str]:
     done += _repair_champions(store, workspace, registry)
     done += _tag_unmirrored(store, workspace, registry)
     return done
+
+
+def _move_aside(db: Path) -> str:
+    """Move a half-migrated mlflow.db (and its sqlite side files) aside, never deleting it; the line saying so."""
+    aside = db.with_name(f"{db.name}.half-migrated-{time.strftime('%Y%m%d-%H%M%S')}")
+    for side in ("", "-journal", "-wal", "-shm"):
+        source = db.with_name(db.name + side)
+        if source.exists():
+            source.rename(aside.with_name(aside.name + side))
+    return f"moved the half-migrated mlflow.db aside to {aside.name}; rebuilt it from the model files"
 
 
 def _restore_files(store: Store, workspace: Workspace, registry: Registry, cmp: Comparison) -> list[str]:

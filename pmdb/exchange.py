@@ -16,6 +16,7 @@ are here already. Shared rows are matched by name, config hash or content; this 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -70,6 +71,25 @@ class MergeResult:
     rows: dict[str, int] = field(default_factory=dict)
     trace_files: int = 0
     notes: list[str] = field(default_factory=list)
+
+
+class ExportWriteError(PmdbError):
+    """The export's files could not be written (disk full): nothing of the export is left, the store unchanged."""
+
+    exit_code = 1
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether an error is a write that found no room (ENOSPC, a file size limit)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, (OSError, duckdb.Error)) and ("no space" in text or "too large" in text)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def sha256_file(path: Path) -> str:
@@ -200,8 +220,12 @@ def export(store: Store, directory: Path, *, platforms: Sequence[str] = (), runs
         if directory.exists():
             directory.rmdir()  # an empty directory given by the user
         os.rename(tmp, directory)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if _disk_full(exc):
+            raise ExportWriteError(f"writing the export to {directory} failed ({_first_line(exc)}): free disk "
+                                   f"space, then re-run; the store was not changed and no partial export is "
+                                   f"left") from None
         raise
     finally:
         with contextlib.suppress(duckdb.Error):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import duckdb
 import numpy as np
@@ -158,6 +158,12 @@ class Store:
                     f"the store's write-ahead log {wal} is damaged ({_first_line(text)}): move it aside "
                     f"(`mv {wal} {wal}.damaged`) to open the store as of its last checkpoint; the writes logged "
                     f"since then are lost") from None
+            if "not a valid duckdb database" in text.lower():
+                size = path.stat().st_size if path.exists() else 0
+                empty = ", empty" if not size else ""
+                raise PmdbError(f"the store {path} is not a DuckDB database ({size} bytes{empty})"
+                                f"; restore it from a backup, or move it aside and create a new store: "
+                                f"`mv {path} {path}.damaged` then `pmdb init`") from None
             hint = f": it is damaged: {_DAMAGED_HINT}" if _looks_damaged(text) else ""
             raise PmdbError(f"cannot open the store {path} ({_first_line(text)}){hint}") from None
         store = cls(workspace, conn, read_only)
@@ -237,6 +243,15 @@ class Store:
             if temporary:
                 text = re.sub(r"CREATE\s+OR\s+REPLACE\s+VIEW", "CREATE OR REPLACE TEMP VIEW", text, flags=re.I)
             self.conn.execute(text)
+
+    def lock_down(self) -> None:
+        """For user SQL (``pmdb sql``) on a read-only connection: no file or network access (COPY, ATTACH,
+        EXPORT, read_text/read_csv of files, extensions) and no configuration changes (SET, PRAGMA, RESET) from
+        here on; queries over the store's tables and views keep working."""
+        if not self.read_only:
+            raise PmdbError("only a read-only store connection can be locked down")
+        self.conn.execute("SET enable_external_access = false")
+        self.conn.execute("SET lock_configuration = true")
 
     # ---- queries and writes ------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pd.DataFrame:
@@ -396,16 +411,21 @@ class Run:
     kind: str
     platform: str | None
     summary: dict[str, Any] = field(default_factory=dict)
+    # writes that take effect only if the run completes, in the transaction that marks it completed (a fit's
+    # champion moves: a fit killed, failed or interrupted before moves none)
+    on_complete: list[Callable[[], None]] = field(default_factory=list)
 
     def finish(self, status: str, error: str | None = None) -> None:
-        """Record the run's end; a completed run refreshes the op-coverage summary of the groups it wrote, in the
-        same transaction (its rows count from that moment on)."""
+        """Record the run's end; a completed run refreshes the op-coverage summary of the groups it wrote and runs
+        its ``on_complete`` writes, in the same transaction (its rows count from that moment on)."""
         with self.store.transaction():
             self.store.conn.execute(
                 "UPDATE collection_runs SET status = ?, finished_at = current_timestamp, error = ?, summary = ? "
                 "WHERE run_id = ?", [status, error, to_json(self.summary), self.run_id])
             if status == "completed":
                 op_coverage.refresh_for_run(self.store.conn, self.run_id)
+                for write in self.on_complete:
+                    write()
 
 
 _STALE_ERROR = "the process ended before the run finished"

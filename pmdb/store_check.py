@@ -87,7 +87,7 @@ def _open_failure(workspace: Workspace) -> list[Check]:
     else:
         return [Check("store", False, "opened only at the second attempt (a writer was starting?)",
                       pmdb_command(workspace, "doctor"))]
-    if "`mv " in text:
+    if "`mv " in text and "write-ahead log" in text:
         command = text.split("`mv ", 1)[1].split("`", 1)[0]
         return [Check("store", False, "does not open: its write-ahead log is damaged"),
                 Check("wal", False, "damaged; moved aside, the writes since the last checkpoint are lost",
@@ -102,9 +102,59 @@ def _open_failure(workspace: Workspace) -> list[Check]:
 
 
 def check_opened(store: Store) -> tuple[list[Check], list[str]]:
-    """The checks of a store that opened: migrations, tables, runs; and the ids of stale runs."""
+    """The checks of a store that opened: migrations, tables, runs, temporary files; and the ids of stale runs."""
     runs, stale = check_runs(store)
-    return [check_migrations(store), check_tables(store), runs], stale
+    return [check_migrations(store), check_tables(store), runs, check_temporary(store)], stale
+
+
+TMP_GRACE_S = 600  # an entry of artifacts/tmp younger than this may belong to a command starting (not yet a run)
+
+
+def orphans(store: Store) -> list[Path]:
+    """Entries of ``artifacts/tmp`` no command in progress owns: named after a run that is not running (ended,
+    failed, killed) or after none, and untouched for TMP_GRACE_S seconds (a run's rank logs and raw traces, a
+    capture's or a merge's scratch files that a killed process left)."""
+    tmp = store.workspace.artifacts / "tmp"
+    if not tmp.is_dir():
+        return []
+    stale = set(store.stale_runs())
+    running = {r for (r,) in store.conn.execute(
+        "SELECT run_id FROM collection_runs WHERE status = 'running'").fetchall()} - stale
+    now = time.time()
+    found = []
+    for entry in sorted(tmp.iterdir()):
+        if entry.name in running:
+            continue
+        known_run = store.scalar("SELECT count(*) FROM collection_runs WHERE run_id = ?", [entry.name])
+        with contextlib.suppress(OSError):
+            if known_run or now - _newest_mtime(entry) > TMP_GRACE_S:
+                found.append(entry)
+    return found
+
+
+def _newest_mtime(entry: Path) -> float:
+    """The latest modification time of a file or of anything in a folder (s since the epoch)."""
+    times = [entry.stat().st_mtime] + [p.stat().st_mtime for p in entry.rglob("*")] if entry.is_dir() else \
+        [entry.stat().st_mtime]
+    return max(times)
+
+
+def _tree_bytes(entry: Path) -> int:
+    if entry.is_file():
+        return entry.stat().st_size
+    return sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+
+
+def check_temporary(store: Store) -> Check:
+    """Temporary files left under artifacts/tmp by runs that ended (a failed or killed run's traces and logs)."""
+    found = orphans(store)
+    if not found:
+        return Check("temporary", True, "no files left in artifacts/tmp by runs that ended")
+    size = 0
+    with contextlib.suppress(OSError):
+        size = sum(_tree_bytes(e) for e in found)
+    return Check("temporary", False, f"{len(found)} left in artifacts/tmp by runs that ended ({_size(size)})",
+                 pmdb_command(store.workspace, "doctor --repair"), repairable=True)
 
 
 def check_migrations(store: Store) -> Check:

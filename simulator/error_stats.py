@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from pmdb.errors import PmdbError
-from pmdb.metrics import GMAE_EPSILON
+from pmdb.metrics import gmae_sql
 from pmdb.store import Store
 
 E2E_KEYS = ("platform", "family", "workload", "world_size", "batch_size", "sharder", "mode", "model_set_id",
@@ -42,16 +42,28 @@ def e2e_errors(store: Store, by: str | None = None, mode: str | None = None, pla
     keys = _keys(by, E2E_KEYS, E2E_DEFAULT)
     cols = ", ".join(keys)
     where, params = _where({"mode": mode, "platform": platform})
-    where += (" AND " if where else "WHERE ") + "NOT in_sample"
+    where += (" AND " if where else "WHERE ") + "NOT in_sample AND NOT self_priced"
     sql = f"""
         SELECT {cols}, count(*) AS n,
-               round(100 * exp(avg(ln(abs_error + {GMAE_EPSILON}))), 2) AS geomean_pct,
+               round(100 * {gmae_sql('abs_error')}, 2) AS geomean_pct,
                round(100 * min(abs_error), 2) AS min_pct, round(100 * max(abs_error), 2) AS max_pct,
                round(100 * avg(rel_error), 2) AS mean_signed_pct,
-               round(100 * exp(avg(ln(baseline_abs_error + {GMAE_EPSILON}))), 2) AS baseline_geomean_pct
+               round(100 * {gmae_sql('baseline_abs_error')}, 2) AS baseline_geomean_pct
         FROM v_prediction_errors {where}
         GROUP BY {cols} ORDER BY {cols}"""
     return store.query(sql, params or None)
+
+
+def self_priced_note(store: Store, mode: str | None = None, platform: str | None = None) -> str | None:
+    """One line when model-mode predictions were left out of the E2E errors because mostly their own trace priced
+    them (``self_priced``: ops that kept their traced time: replay, not a model); None when none were."""
+    where, params = _where({"mode": mode, "platform": platform})
+    where += (" AND " if where else "WHERE ") + "self_priced AND NOT in_sample"
+    count = int(store.scalar(f"SELECT count(*) FROM v_prediction_errors {where}", params or None) or 0)
+    if not count:
+        return None
+    return (f"{count} model-mode prediction{'s' if count > 1 else ''} left out: most of the work kept the "
+            f"traced time of the trace predicted (replay, not a model; fit models with `pmdb fit`)")
 
 
 def kernel_errors(store: Store, by: str | None = None, champions_only: bool = False, platform: str | None = None

@@ -14,6 +14,8 @@ from simulator.engine import SimResult
 from simulator.model_set import ModelSelection
 from simulator.semantics import RULES_VERSION
 
+SELF_PRICED_LIMIT = 0.5  # a model-mode prediction with more of its work priced by its own trace is not a model result
+
 
 @dataclass
 class ModelUse:
@@ -56,6 +58,20 @@ class Prediction:
         return ",".join(f"{m.name}:{m.version}" for m in sorted(self.models, key=lambda m: m.name)) or "(none)"
 
     @property
+    def self_priced_share(self) -> float | None:
+        """Model mode: share of the predicted work (µs over ranks and streams) priced by the predicted trace's own
+        durations (ops that kept their traced time): replay, not a model. None in replay mode."""
+        if self.mode != "model":
+            return None
+        return float(sum(r.get("predicted_share") or 0.0 for r in self.unmodelled if r.get("fallback") == "trace"))
+
+    @property
+    def self_priced(self) -> bool:
+        """Mostly self-priced (more than SELF_PRICED_LIMIT of the work): left out of model error statistics."""
+        share = self.self_priced_share
+        return share is not None and share > SELF_PRICED_LIMIT
+
+    @property
     def rel_error(self) -> float | None:
         if not self.measured_us:
             return None
@@ -89,6 +105,7 @@ def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
             "measured_us": pred.measured_us, "per_rank": pred.per_rank(), "unmodelled": pred.unmodelled,
             "iterations": pred.iterations, "elapsed_s": pred.elapsed_s, "rules_version": RULES_VERSION,
             "measured_ops": pred.measured_ops if pred.mode == "model" else None,
+            "self_priced_share": pred.self_priced_share,
             **{f"predicted_{phase}_us": us for phase, us in pred.phases_us.items()}}, returning="prediction_id")
         for use in pred.models:
             store.insert_one("prediction_models", {"prediction_id": prediction_id, "name": use.name,

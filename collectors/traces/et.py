@@ -7,6 +7,7 @@ parent_id = the node's parent field (``parent`` / ``ctrl_deps``), shapes per arg
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from numbers import Integral
 from typing import Any
@@ -114,11 +115,26 @@ def parse_et(doc: dict, where: str) -> EtTrace:
     frame = pd.DataFrame(rows).sort_values("op_id", kind="stable").reset_index(drop=True)
     for col in ("parent_id", "et_tid", "rf_id"):
         frame[col] = pd.array([None if v is None or pd.isna(v) else int(v) for v in frame[col]], dtype="Int64")
+    _drop_missing_parents(frame, seen, where)
     frame["subtree_end"] = _subtree_end(frame)
     iteration, complete = et_iterations(frame)
     frame["iteration"] = iteration.astype("Int64")
     pid = doc.get("pid") if isinstance(doc.get("pid"), Integral) else None
     return EtTrace(str(doc.get("schema")), frame, complete, pid)
+
+
+def _drop_missing_parents(frame: pd.DataFrame, ids: set, where: str) -> None:
+    """Nodes naming a parent the trace does not hold become top-level nodes, with one warning line on stderr (a
+    cut or edited trace): their ops are kept, not silently nested under nothing."""
+    missing = [not pd.isna(p) and int(p) not in ids for p in frame["parent_id"]]
+    count = sum(missing)
+    if not count:
+        return
+    first = frame.loc[missing].iloc[0]
+    print(f"pmdb: warning: {where}: {count} node(s) name a parent that is not in the trace (node "
+          f"{int(first['op_id'])}: parent {int(first['parent_id'])}); they are read as top-level nodes",
+          file=sys.stderr)
+    frame.loc[missing, "parent_id"] = None
 
 
 def _attrs(node: dict, attrs_value: Any, cfg: dict, where: str, index: int) -> dict[str, Any]:

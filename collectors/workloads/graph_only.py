@@ -119,8 +119,19 @@ def build_config(model_config: dict[str, Any], where: str) -> Any:
         raise PmdbError(f"{where}: not a usable transformers config ({reason})") from None
 
 
+# sizes a model config must give as whole numbers >= 1 when it gives them (transformers maps n_embd, d_model, ...
+# to these names); a 0 fails deep inside the model's constructor (ZeroDivisionError) instead of in one line
+POSITIVE_SIZES = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size", "intermediate_size",
+                  "num_key_value_heads", "head_dim", "max_position_embeddings", "n_inner", "d_ff", "d_kv")
+
+
 def check_sizes(config: Any, seq_len: int, where: str) -> None:
-    """The sequence must fit the model's position table (on meta an overflow would go unnoticed)."""
+    """The model's sizes are whole numbers >= 1 (:data:`POSITIVE_SIZES`), and the sequence fits the model's
+    position table (on meta an overflow would go unnoticed)."""
+    for name in POSITIVE_SIZES:
+        value = getattr(config, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 1:
+            raise PmdbError(f"{where}: {name} is {value}; model sizes must be >= 1")
     positions = getattr(config, "max_position_embeddings", None)
     if isinstance(positions, int) and 0 < positions < seq_len:
         raise PmdbError(f"{where}: sequence length {seq_len} exceeds the model's {positions} positions")

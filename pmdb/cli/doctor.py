@@ -52,6 +52,18 @@ def _repair(ctx: typer.Context, checks: list[Check], stale: list[str]) -> list[s
             marked = store.scalar("SELECT count(*) FROM collection_runs WHERE status = 'interrupted' AND run_id IN "
                                   f"({', '.join('?' * len(stale))})", stale)
             done.append(f"marked {marked} stale runs interrupted (their rows are kept)")
+        if "temporary" in by_name:
+            import shutil
+
+            from pmdb.store_check import orphans
+
+            found = orphans(store)
+            for entry in found:
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+            done.append(f"removed {len(found)} entries of artifacts/tmp left by runs that ended")
         if {"registry", "unmirrored", "champions", "files"} & set(by_name):
             from fitters.registry_mirror import repair
 
@@ -61,7 +73,8 @@ def _repair(ctx: typer.Context, checks: list[Check], stale: list[str]) -> list[s
 
 def doctor(ctx: typer.Context,
            repair: bool = typer.Option(False, "--repair", help="Fix what can be fixed without losing anything: "
-                                       "apply pending migrations, mark stale runs interrupted, re-register "
+                                       "apply pending migrations, mark stale runs interrupted, remove the "
+                                       "temporary files of runs that ended, re-register "
                                        "versions the MLflow registry lost (or mark them lost), align champions.")
            ) -> None:
     """Check the workspace: one line per check (ok or problem, and the command that fixes it); exit 0 when all

@@ -4,13 +4,13 @@ User mistakes raise :class:`pmdb.errors.PmdbError`; :func:`main` prints them on 
 """
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from typer._click import exceptions as click_exc  # typer vendors its own click
 
 import pmdb
 from pmdb.cli import collect as cli_collect
@@ -25,9 +25,12 @@ from pmdb.cli import predict as cli_predict
 from pmdb.cli import quickstart as cli_quickstart
 from pmdb.cli import report as cli_report
 from pmdb.cli import shard as cli_shard
+from pmdb.cli.common import click_exceptions
 from pmdb.config import HOME_ENV, TRACKING_ENV, resolve_workspace
 from pmdb.errors import PmdbError
 from pmdb.store import failure_message, interruptions
+
+click_exc = click_exceptions()  # the click this typer runs on (its own copy in typer 0.29)
 
 app = typer.Typer(
     name="pmdb",
@@ -77,6 +80,17 @@ def _interrupted() -> int:
     return 130
 
 
+def _usage_line(exc: click_exc.UsageError) -> str:
+    """click's usage error as one line: its message, the suggestion as 'did you mean ...', the help to read."""
+    text = " ".join(exc.format_message().split())
+    text = re.sub(r"\(Possible options: ([^)]*)\)", lambda m: f"(did you mean {m.group(1).replace(', ', ' or ')}?)",
+                  text)
+    text = re.sub(r"\. Did you mean (.*?)\?$", r" (did you mean \1?)", text)
+    text = text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
+    where = exc.ctx.command_path if exc.ctx is not None else "pmdb"
+    return f"{text.rstrip('.')}; see `{where} --help`"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line and exit code 2 for user mistakes (1 when the store failed), 130 on Ctrl-C/SIGTERM."""
     signal.signal(signal.SIGTERM, _sigterm)
@@ -88,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except typer.Exit as exc:
         return _interrupted() if exc.exit_code == 130 else exc.exit_code
+    except click_exc.UsageError as exc:  # a mistyped command or option: one line with the suggestion
+        typer.echo(f"pmdb: error: {_usage_line(exc)}", err=True)
+        return exc.exit_code
     except click_exc.ClickException as exc:
         exc.show()
         return exc.exit_code

@@ -11,7 +11,7 @@ import textwrap
 
 from .conftest import query, run_pmdb
 
-CHECKS = ["store", "wal", "migrations", "tables", "runs", "registry", "unmirrored", "champions", "files"]
+CHECKS = ["store", "wal", "migrations", "tables", "runs", "temporary", "registry", "unmirrored", "champions", "files"]
 
 _DIE_IN_A_RUN = textwrap.dedent("""
     import os, sys
