@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import LogFormatter  # noqa: E402
 
 DPI = 100
 MAX_HEIGHT_IN = 13.5     # figure height cap (inches at DPI 100: 1350 px)
@@ -108,17 +109,19 @@ def kernel_error_dots(rows: pd.DataFrame, path: Path) -> Path | None:
         ax.set_ylim(len(part) - 0.5, -0.5)
         ax.set_xscale("log")
         ax.set_xlim(lo, hi)
+        ax.xaxis.set_major_formatter(LogFormatter())  # plain '10', '6', '20' (not 10^1, 6x10^0)
+        ax.xaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
         ax.grid(True, axis="x", which="major", alpha=0.4)
         for mark in (10, 25):
             if lo < mark < hi:
                 ax.axvline(mark, color="0.6", ls=":", lw=0.8)
         ax.set_xlabel("held-out test GMAE (%), log scale", fontsize=8)
-        ax.tick_params(axis="x", labelsize=7)
+        ax.tick_params(axis="x", which="both", labelsize=7)
         where = f", {platforms[0]}" if len(platforms) == 1 and "platform" not in common else ""
         ax.set_title(f"{state}{where}\n{len(part)} models, worst first", fontsize=9)
-    if set(common) - {"platform"}:
-        fig.text(0.005, 0.005, "implementation / dtype unless named: " + " ".join(
-            v for k, v in common.items() if k != "platform"), fontsize=7, color="0.4")
+    if set(common) - {"platform"}:  # a figure-level label: the constrained layout keeps room for it
+        fig.supxlabel("implementation / dtype unless named: " + " ".join(
+            v for k, v in common.items() if k != "platform"), fontsize=7, color="0.4", x=0.005, ha="left")
     handles = [plt.Line2D([], [], ls="", marker="o", color="#c44e52", label="champion"),
                plt.Line2D([], [], ls="", marker="o", color="#4c72b0", label="latest (no champion)")]
     handles += [plt.Line2D([], [], ls="", marker=FAMILY_MARKERS.get(f, "x"), markerfacecolor="none",

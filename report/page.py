@@ -13,7 +13,7 @@ STYLE = ("body{font-family:sans-serif;margin:1.5em;max-width:1250px}"
          "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;"
          "text-align:right}th{background:#eee;position:sticky;top:0}td:first-child{text-align:left}"
          ".scroll{max-height:19em;overflow:auto;display:inline-block;border:1px solid #ddd;margin:0.3em 0}"
-         ".missing{color:#a33}.warn{color:#8a4b00;background:#fff4e0;padding:0.3em 0.6em;margin:0.2em 0}"
+         ".notyet{color:#555;font-style:italic}.warn{color:#8a4b00;background:#fff4e0;padding:0.3em 0.6em;margin:0.2em 0}"
          ".note{color:#333}img{max-width:100%;border:1px solid #ddd;margin:0.5em 0;display:block}"
          "h2{margin-top:1.2em;border-top:1px solid #ccc;padding-top:0.4em}h3{margin:0.5em 0 0.2em;"
          "font-size:14px}ul.toc li{margin:0.1em 0}")
@@ -63,6 +63,13 @@ def table_html(table: Table) -> str:
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
+def not_run_yet(missing: str) -> str:
+    """'not run yet: <command> (<what is absent>)' from a section's ``missing`` ('<what is absent>: run <command>');
+    a text without ': run ' is kept after 'not run yet: '."""
+    absent, sep, command = missing.partition(": run ")
+    return f"not run yet: {command} ({absent})" if sep and absent else f"not run yet: {missing}"
+
+
 def render(sections: list[Section], store_path: str, platform: str | None) -> str:
     """The whole page."""
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>pmdb report</title><style>{STYLE}</style>"
@@ -70,13 +77,13 @@ def render(sections: list[Section], store_path: str, platform: str | None) -> st
              f"<p>store {html.escape(store_path)}; platform {html.escape(platform or 'all')}; "
              f"generated {datetime.now().isoformat(timespec='seconds')}</p><ul class='toc'>"]
     for s in sections:
-        flags = (" (missing data)" if s.missing else "") + (f" ({len(s.warnings)} warning(s))" if s.warnings else "")
+        flags = (" (not run yet)" if s.missing else "") + (f" ({len(s.warnings)} warning(s))" if s.warnings else "")
         parts.append(f"<li><a href='#{s.key}'>{html.escape(s.title)}</a>{flags}</li>")
     parts.append("</ul>")
     for s in sections:
         parts.append(f"<section id='{s.key}'><h2>{html.escape(s.title)}</h2><p>{html.escape(s.text)}</p>")
         if s.missing:
-            parts.append(f"<p class='missing'>Missing: {html.escape(s.missing)}</p>")
+            parts.append(f"<p class='notyet'>{html.escape(not_run_yet(s.missing))}</p>")
         parts += [f"<p class='warn'>Warning: {html.escape(w)}</p>" for w in s.warnings]
         if s.notes:
             parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in s.notes) + "</ul>")

@@ -30,7 +30,7 @@ LEFT JOIN workload_runs w ON w.run_id = e.workload_run_id
 LEFT JOIN spread s ON s.run_id = e.workload_run_id
 LEFT JOIN trace_sets t ON t.trace_set_id = e.trace_set_id
 LEFT JOIN workloads k ON k.workload_id = t.workload_id
-WHERE (? IS NULL OR e.mode = ?) AND (? IS NULL OR e.platform = ?) AND NOT e.in_sample
+WHERE (? IS NULL OR e.mode = ?) AND (? IS NULL OR e.platform = ?) AND NOT e.in_sample AND NOT e.self_priced
 ORDER BY e.family, e.world_size, e.workload, e.batch_size, e.sharder, e.prediction_id
 """
 SAME_SHAPE = ["platform", "family", "workload", "batch_size", "world_size", "mode", "model_set_id"]  # plans compared
@@ -71,7 +71,8 @@ def measured_range(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def predicted_vs_measured(store: Store, out_dir: Path, mode: str | None = "model", platform: str | None = None
                           ) -> Path | None:
     """Horizontal grouped bars (ms) of measured (error bar: p10-p90 of the iterations), predicted and baseline time
-    per workload run, one panel per family; predictions the model cannot tell apart from another plan (see
+    per workload run, one panel per platform and family (a GPU step and CPU steps never share an axis, nor a
+    geomean); predictions the model cannot tell apart from another plan (see
     :func:`report.checks.indistinguishable`) are hatched. No numbers on the bars: the report's table has them.
     Returns the PNG path, or None without predictions."""
     from report.checks import indistinguishable
@@ -80,13 +81,14 @@ def predicted_vs_measured(store: Store, out_dir: Path, mode: str | None = "model
     if frame.empty:
         return None
     _, flagged = indistinguishable(frame, SAME_SHAPE, "label", placement="placement")
-    families = list(dict.fromkeys(frame["family"]))
-    sizes = [int((frame["family"] == f).sum()) for f in families]
+    panels = sorted(set(zip(frame["platform"].astype(str), frame["family"].astype(str))))
+    several = len({p for p, _ in panels}) > 1
+    sizes = [int(((frame["platform"] == p) & (frame["family"] == f)).sum()) for p, f in panels]
     row = max(0.2, min(0.42, 12.0 / len(frame)))  # inches per run: thinner rows keep a long list short
-    fig, axes = plt.subplots(len(families), 1, figsize=(10.0, 0.6 + sum(0.5 + row * n for n in sizes)),
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10.0, 0.6 + sum(0.5 + row * n for n in sizes)),
                              squeeze=False, gridspec_kw={"height_ratios": [0.5 + row * n for n in sizes]})
-    for ax, family in zip(axes[:, 0], families):
-        part = frame[frame["family"] == family]
+    for ax, (platform_, family) in zip(axes[:, 0], panels):
+        part = frame[(frame["platform"] == platform_) & (frame["family"] == family)]
         y = np.arange(len(part))
         h = 0.27
         below, above = measured_range(part)
@@ -101,9 +103,10 @@ def predicted_vs_measured(store: Store, out_dir: Path, mode: str | None = "model
         geo = gmae(part["predicted_us"], part["measured_us"])
         base = part.dropna(subset=["baseline_us"])
         tail = f"; baseline {100 * gmae(base['baseline_us'], base['measured_us']):.1f}%" if len(base) else ""
-        ax.set_title(f"{family}: geomean |e| {100 * geo:.1f}% over {len(part)} runs{tail} "
+        ax.set_title(f"{family}{f' on {platform_}' if several else ''}: geomean |e| {100 * geo:.1f}% over "
+                     f"{len(part)} runs{tail} "
                      f"({mode or 'all modes'})", fontsize=9)
-        ax.set_yticks(y, part["label"], fontsize=7)
+        ax.set_yticks(y, [label(r) for _, r in part.iterrows()], fontsize=7)  # the title names the platform
         ax.set_ylim(len(part) - 0.5, -0.5)
         ax.set_xlabel("iteration time (ms)", fontsize=8)
         ax.tick_params(axis="x", labelsize=7)
@@ -119,7 +122,8 @@ def predicted_vs_measured(store: Store, out_dir: Path, mode: str | None = "model
 def stream_breakdown(store: Store, out_dir: Path, mode: str | None = "model", limit: int = 12,
                      platform: str | None = None, max_bars: int = 40) -> Path | None:
     """Horizontal stacked bars per workload and rank (ms): compute busy, communication only, and the rest (CPU-bound
-    or idle). Uses the latest ``limit`` predictions, fewer when their ranks would make more than ``max_bars`` bars
+    or idle); one panel with its own time axis per target platform (a GPU step beside CPU steps would make these
+    slivers). Uses the latest ``limit`` predictions, fewer when their ranks would make more than ``max_bars`` bars
     (at least one prediction). Returns the PNG path, or None without predictions."""
     frame = latest(store, mode, platform)
     if frame.empty:
@@ -135,35 +139,43 @@ def stream_breakdown(store: Store, out_dir: Path, mode: str | None = "model", li
         kept.append(prediction_id)
         bars += len(ranks[prediction_id])
     frame = frame[frame["prediction_id"].isin(kept)]
-    labels, compute, comm_only, rest = [], [], [], []
+    platforms = list(dict.fromkeys(frame["platform"]))  # one panel (own time axis) per platform
+    bars_of = {p: [] for p in platforms}  # platform -> (label, compute, comm only, rest) per rank, ms
     for _, row in frame.iterrows():
         for rank in ranks[row["prediction_id"]]:
-            labels.append(f"{row['label']} r{rank['rank']}")
-            compute.append(rank["compute_busy_us"] / 1e3)
-            comm_only.append(rank["comm_unoverlapped_us"] / 1e3)
-            rest.append(max(0.0, rank["predicted_us"] - rank["device_active_us"]) / 1e3)
-    fig, ax = plt.subplots(figsize=(10.0, 1.3 + 0.24 * len(labels)))
-    y = np.arange(len(labels))
-    ax.barh(y, compute, 0.7, label="compute busy", color="#4c72b0")
-    ax.barh(y, comm_only, 0.7, left=compute, label="communication only", color="#c44e52")
-    ax.barh(y, rest, 0.7, left=np.add(compute, comm_only), label="CPU / idle (no stream busy)", color="#cccccc")
-    ax.set_yticks(y, labels, fontsize=7)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
-    ax.set_xlabel("predicted time (ms)", fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.grid(True, axis="x", alpha=0.3)
-    ax.set_title(f"per-rank time breakdown of the predicted iteration, latest {len(frame)} predictions "
-                 f"({mode or 'all modes'})", fontsize=9)
-    fig.legend(loc="upper center", ncol=3, fontsize=7, frameon=False)
+            bars_of[row["platform"]].append((
+                f"{label(row)} r{rank['rank']}", rank["compute_busy_us"] / 1e3,
+                rank["comm_unoverlapped_us"] / 1e3, max(0.0, rank["predicted_us"] - rank["device_active_us"]) / 1e3))
+    heights = [0.6 + 0.24 * len(bars_of[p]) for p in platforms]
+    fig, axes = plt.subplots(len(platforms), 1, figsize=(10.0, 0.7 + sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, platform_ in zip(axes[:, 0], platforms):
+        labels, compute, comm_only, rest = (list(v) for v in zip(*bars_of[platform_]))
+        y = np.arange(len(labels))
+        ax.barh(y, compute, 0.7, label="compute busy", color="#4c72b0")
+        ax.barh(y, comm_only, 0.7, left=compute, label="communication only", color="#c44e52")
+        ax.barh(y, rest, 0.7, left=np.add(compute, comm_only), label="CPU / idle (no stream busy)",
+                color="#cccccc")
+        ax.set_yticks(y, labels, fontsize=7)
+        ax.set_ylim(len(labels) - 0.5, -0.5)
+        ax.set_xlabel("predicted time (ms)", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.set_title(f"{platform_}: per-rank time breakdown of the predicted iteration "
+                     f"({mode or 'all modes'})", fontsize=9)
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", ncol=3, fontsize=7, frameon=False)
     return _save(fig, out_dir, "stream_breakdown", mode, top=0.3)
 
 
 def _save(fig: plt.Figure, out_dir: Path, stem: str, mode: str | None, top: float = 0.0) -> Path:
-    """Lay out (leaving ``top`` inches for the figure legend) and write ``<stem>[_<mode>].png`` at 100 dpi."""
+    """Lay out (leaving ``top`` inches for the figure legend) and write ``<stem>[_<mode>].png`` at 100 dpi, its
+    panels' titles in the PNG's ``Description`` chunk (JSON list)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
     path = out_dir / f"{stem}{'_' + mode if mode else ''}.png"
-    fig.savefig(path, dpi=100)
+    titles = [ax.get_title() for ax in fig.axes]  # the panels, read back by report.figures.series_of
+    fig.savefig(path, dpi=100, metadata={"Description": json.dumps(titles)})
     plt.close(fig)
     return path
 

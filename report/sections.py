@@ -10,7 +10,7 @@ import pandas as pd
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from report import checks, figures, model_links
-from report.kernel_figures import common_values, kernel_error_dots, row_label, summarise
+from report.kernel_figures import kernel_error_dots, summarise
 from report.page import Section, Table
 from simulator.error_stats import named
 
@@ -54,9 +54,8 @@ def models_section(store: Store, out: Path, platform: str | None) -> Section:
     if kernel_error_dots(rows, out / "kernel_errors.png"):
         section.figures.append("kernel_errors.png")
     runs = model_links.experiments(store.workspace)
-    common = common_values(rows)
     table = pd.DataFrame({
-        "model": [row_label(r, common) for _, r in rows.iterrows()], "cache": rows["cache_state"],
+        "model (registered name)": rows["name"], "cache": rows["cache_state"],
         "shown": [f"{r['family']} v{int(r['version'])}" for _, r in rows.iterrows()],
         "champion": rows["is_champion"].map({True: "yes", False: "no (latest)"}),
         "test GMAE %": _pct(rows["test_gmae"]), "test MAPE %": _pct(rows["test_mape"]),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import statistics
-import sys
 import time
 from typing import Any, Iterator
 
@@ -14,6 +13,7 @@ from tqdm import tqdm
 
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
+from pmdb.notes import say
 from pmdb.platform import Semantics
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
@@ -106,10 +106,10 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
     run_id, measured = ground_truth(store, trace_set_id, target, mode, workload_run_id)
     run_id, measured, truth = _set_truth(store, info, target, mode, run_id, measured, workload_run_id)
     if truth:
-        print(f"pmdb: note: {truth}", file=sys.stderr)
+        say("note", truth)
     unmarked = unmarked_note(store, trace_set_id)
     if unmarked:
-        print(f"pmdb: warning: {unmarked}", file=sys.stderr)
+        say("warning", unmarked)
     if mode == "replay":
         untimed = untimed_ranks(store, trace_set_id)
         if untimed:
@@ -118,6 +118,9 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
                             f"in model mode instead")
         result, predicted, iterations, iteration = _replay(store, trace_set_id,
                                                            platforms.load(store, target).semantics, timeline)
+        external = external_note(result, mode)
+        if external:
+            say("note", external)
         return Prediction(trace_set_id=int(trace_set_id), mode=mode, source_platform=source, target_platform=target,
                           result=result, predicted_us=predicted, iterations=iterations, measured_us=measured,
                           workload_run_id=run_id, elapsed_s=time.perf_counter() - started, iteration=iteration)
@@ -132,16 +135,35 @@ def _predict(store: Store, trace_set_id: int, *, mode: str, models: str, target_
     pred.warnings = [n for n in [thread_mismatch(store, run_id, used) if run_threads(store, run_id) is not None
                                  else set_thread_mismatch(store, trace_set_id, used)] if n]
     pred.defaults = [n for n in [session.missing_models(), session.missing_overheads()] if n]
+    external = external_note(pred.result, mode)
+    if external:
+        pred.defaults.append(external)
     for note in pred.defaults:
-        print(f"pmdb: note: {note}", file=sys.stderr)
+        say("note", note)
     if not pred.predicted_us > 0:
         raise PmdbError(f"trace set {trace_set_id} predicts {pred.predicted_us:.1f} µs on {target}: nothing in it was "
                         f"priced (no times in the trace and no fitted models of {target}); fit models with "
                         f"`pmdb fit --platform {target}` or import a trace with times")
+    if pred.self_priced:
+        pred.warnings.append(f"{100 * pred.self_priced_share:.0f}% of the predicted work kept its traced time "
+                             f"(no model priced it): replay, not a model; left out of model error statistics")
     for note in pred.warnings:
-        print(f"pmdb: warning: {note}", file=sys.stderr)
+        say("warning", note)
     pred.elapsed_s = time.perf_counter() - started
     return pred
+
+
+def external_note(result: SimResult, mode: str) -> str | None:
+    """One line naming the host waits for work outside the trace (other ranks, other threads) in the simulated
+    iteration and how they were priced; None when there were none."""
+    waits = [r for r in result.ranks if r.external_waits]
+    if not waits:
+        return None
+    where = "; ".join(f"rank {r.rank}: {r.external_waits} wait(s), {r.external_wait_us / 1000:.1f} ms" for r in waits)
+    how = ("kept as traced: the part of each traced wait that the rank's own work does not explain" if mode == "replay"
+           else "priced by the traced wait (what replaying the trace leaves beyond the rank's own work), labelled "
+                "'external wait' in --export-trace")
+    return f"waits for work outside the trace (other ranks, other threads) per iteration: {where}; {how}"
 
 
 def _threads(store: Store, trace_set_id: int, run_id: str | None) -> int | None:

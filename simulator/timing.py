@@ -10,7 +10,9 @@ Every op (and, on a CPU, every nested op an op is composed of) is mapped to the 
   costing its T5 (whole-op time); a leaf the table does not hold but opmap maps gets the roofline of the platform's
   measured peaks; anything else keeps its traced time and is reported as unmodelled (count, share of the trace);
 * collectives: the collective model at the trace's world size, with the message size the max over ranks;
-* CPU gaps: T1 before each op; GPU launches: T2 before the first, T5 between, T4 per launch API, T3 after.
+* CPU gaps: T1 before each op; GPU launches: T2 before the first, T5 between, T4 per launch API, T3 after;
+* a GPU host wait for work outside the trace (other ranks, other threads): the traced wait beyond what the rank's
+  own work explains when the trace is replayed (``external_us``, labelled "trace (traced wait)").
 """
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ import pandas as pd
 from collectors.ops.timer import LOOP
 from pmdb.platform import Semantics
 from simulator.embedding_stats import EmbeddingStats
-from simulator.engine import TimedOp
+from simulator import semantics as sem_mod
+from simulator.engine import TimedOp, Timeline, simulate
+from simulator.replay import one_launch, replay_programs
 from pmdb.traces.graph import Op, Stream, TraceGraph
 from simulator.cache_levels import UNKNOWN, between, cold_share, levels_known
 from simulator.measured_shapes import ShapeMedians
@@ -67,6 +71,8 @@ class Usage:
     # prices its device work: an untimed graph's op that no model, no roofline and no trace can time)
     fallback: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     measured: int = 0   # ops priced by the measured median of their exact shape (--kernels measured)
+    external_us: float = 0.0  # waits for work outside the trace, priced by their traced time (all ranks)
+    external_waits: int = 0
 
     def fell_back(self, name: str, kind: str, traced_us: float, predicted_us: float | None = None) -> None:
         entry = self.fallback.setdefault((name, kind), [0, 0.0, 0.0])
@@ -160,6 +166,8 @@ class ModelTiming:
                 continue
             group, shares = [group[i] for i in left], None if shares is None else shares[left]
             frame = pd.DataFrame([{**r.mapped.params, **r.extra} for r in group])
+            if "threads" not in frame:  # a model fitted across thread counts uses it; unknown: 1, as measured
+                frame["threads"] = float(self.threads or 1)
             if ref is not None:
                 times = np.asarray(ref.model.predict(frame), dtype=float)
                 used = [ref] if partner is None else [ref, partner]
@@ -366,6 +374,7 @@ class ModelTiming:
             if total is None and compute:
                 self.usage.fell_back(op.name, "trace", measured)
             kernels = []
+            again = one_launch(op)   # a CUDA graph's kernels after its first: one launch call, paid once
             for j, k in enumerate(op.kernels):
                 if k.stream == Stream.COMM:
                     dur = comm if comm is not None else _z(k.dur_us)
@@ -373,12 +382,27 @@ class ModelTiming:
                     dur = _z(k.dur_us)
                 else:   # the op's predicted time, spread over its kernels as the trace spread it
                     dur = total * (_z(k.dur_us) / measured if measured > 0 else 1.0 / len(compute))
-                kernels.append((int(k.stream), dur, self._table(k.launch_name, "T4"), t2 if j == 0 else t5))
+                kernels.append((int(k.stream), dur, 0.0 if again[j] else self._table(k.launch_name, "T4"),
+                                0.0 if again[j] else (t2 if j == 0 else t5)))
             timed.kernels, timed.t3 = tuple(kernels), t3
             timed.kernel_waits = op.kernel_waits()
             out.append(timed)
         out.append(TimedOp(t1=self.overheads.typical("T1")))
         return out
+
+    def _external_waits(self, graph: TraceGraph) -> list[dict[int, float]]:
+        """Per rank, op index -> its wait for work outside the trace (µs): what replaying the trace on its own
+        platform keeps of the op's traced host wait beyond the rank's own work (:mod:`simulator.replay`). Model mode
+        prices such a wait by that traced time (labelled): nothing in the trace says what the peers did."""
+        if graph.semantics != Semantics.ASYNC_DEVICE:
+            return [{} for _ in graph.ranks]
+        programs = replay_programs(graph, graph.semantics)
+        if not any(t.traced_wait_us for program in programs for t in program):
+            return [{} for _ in graph.ranks]
+        timeline = Timeline()
+        simulate(programs, sem_mod.get(graph.semantics), timeline)
+        return [{span.index: sum(b - a for a, b in span.external_waits) for span in spans if span.external_waits}
+                for spans in timeline.ranks]
 
     def programs(self, graph: TraceGraph) -> list[list[TimedOp]]:
         """Per rank, the timed program of one iteration (all model calls batched over every rank)."""
@@ -398,4 +422,10 @@ class ModelTiming:
         self._predict_collectives(graph, sizes)
         by_index = [{i: sizes.get(k, float("nan")) for k, i in enumerate(rg.collectives())} for rg in graph.ranks]
         build = self._cpu_program if self.sync_host else self._gpu_program
-        return [build(graph, r, by_index[r]) for r in range(len(graph.ranks))]
+        programs = [build(graph, r, by_index[r]) for r in range(len(graph.ranks))]
+        for program, waits in zip(programs, self._external_waits(graph) if not self.sync_host else []):
+            for index, wait_us in waits.items():
+                program[index].external_us, program[index].external_by = wait_us, "trace (traced wait)"
+                self.usage.external_us += wait_us
+                self.usage.external_waits += 1
+        return programs

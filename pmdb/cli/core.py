@@ -12,7 +12,7 @@ import typer
 from pmdb import migrator, platform as platforms
 from pmdb.cli import run_list
 from pmdb.cli.common import limit_option, open_store, render, row_limit, workspace
-from pmdb.cli.text_table import terminal_width
+from pmdb.cli.text_table import LIFTED, SHORT_HEADERS, ids_last, terminal_width
 from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 from pmdb.store import Store
@@ -134,8 +134,12 @@ def named_queries() -> dict[str, tuple[str, str]]:
     return dict(sorted(out.items()))
 
 
+_READ_ONLY = ("no file or network access (COPY, ATTACH, EXPORT, read_csv/read_text of files, extensions) and "
+              "no settings (SET, PRAGMA); use -o FILE to write a result")
+
+
 def sql(ctx: typer.Context,
-        statement: Optional[str] = typer.Argument(None, help="SQL to run against the store (read-only)."),
+        statement: Optional[str] = typer.Argument(None, help="SQL to run against the store (read-only: queries only)."),
         file: Optional[Path] = typer.Option(None, "--file", "-f", help="Run the SQL in this file."),
         query: Optional[str] = typer.Option(None, "--query", "-q", help="Run a named query from sql/queries/."),
         list_: bool = typer.Option(False, "--list", help="List the named queries and exit."),
@@ -145,7 +149,10 @@ def sql(ctx: typer.Context,
         limit: int = limit_option(SQL_TABLE_ROWS, "At most this many rows in the table (0: all); csv, json and "
                                                    "-o files get every row.")
         ) -> None:
-    """Run SQL over the store: a statement, a file, or a named query. The store is opened read-only."""
+    """Run SQL over the store: a statement, a file, or a named query. Read-only: SELECT (and WITH, DESCRIBE,
+    SHOW, EXPLAIN) over the store's tables and v_* views; no writes to the store, no file or network access
+    (COPY, ATTACH, EXPORT, read_csv/read_text of files, extensions), no settings (SET, PRAGMA). Write a result
+    with -o FILE."""
     cap = row_limit(limit)
     if list_:
         width = terminal_width()
@@ -168,10 +175,18 @@ def sql(ctx: typer.Context,
     else:
         text = statement
     with open_store(ctx, read_only=True) as store:
+        store.lock_down()
         try:
             frame = store.query(text)
+        except duckdb.PermissionException:
+            raise PmdbError(f"`pmdb sql` only reads the store: {_READ_ONLY}") from None
         except duckdb.Error as exc:
+            if "configuration has been locked" in str(exc):
+                raise PmdbError(f"`pmdb sql` only reads the store: {_READ_ONLY}") from None
             raise PmdbError(f"SQL error: {str(exc).splitlines()[0]}") from None
+    if query and fmt == "table" and output is None:  # a named query's table: what tells its rows apart first,
+        render(ids_last(frame), limit=cap, lift=LIFTED, labels=SHORT_HEADERS)  # values shared by all rows above
+        return
     render(frame, fmt, output, limit=cap)
 
 

@@ -2,11 +2,13 @@
 NAME VERSION` (move `champion`) and `pmdb ui` (the MLflow UI over the workspace, on 127.0.0.1)."""
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import typer
 
@@ -21,6 +23,7 @@ models_app = typer.Typer(help="Registered models (kernel, embedding, collective,
                          no_args_is_help=False, invoke_without_command=True)
 
 UI_STOP_SECONDS = 10.0
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 MODELS_TABLE_ROWS = 50  # rows `pmdb models` prints as a table unless --limit says otherwise
 _TABLE_LABELS = {"version": "ver", "gmae_pct": "gmae%"}
 
@@ -109,16 +112,50 @@ def ui(ctx: typer.Context,
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", registry.uri,
                "--default-artifact-root", ws.mlflow_artifacts.resolve().as_uri(), "--host", "127.0.0.1",
                "--port", str(port), "--workers", "1"]
-    server = subprocess.Popen(command, env=env, start_new_session=True)
-    typer.echo(f"MLflow UI at http://127.0.0.1:{port} (workspace {ws.home}); Ctrl-C stops it", err=False)
-    try:
-        code = _wait(server)
-    except KeyboardInterrupt:
-        _stop(server)
-        typer.echo("MLflow UI stopped")
-        return
+    with _stop_signals():
+        server = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        try:
+            typer.echo(f"MLflow UI at http://127.0.0.1:{port} (workspace {ws.home}); Ctrl-C stops it", err=False)
+            code = _wait(server)
+        except KeyboardInterrupt:
+            _stop(server)
+            typer.echo("MLflow UI stopped")
+            return
+        finally:
+            if server.poll() is None:  # whatever ended the wait, the server goes with this process
+                _stop(server)
     if code != 0:
         raise PmdbError(f"the MLflow UI exited with code {code} (is port {port} free? try --port)")
+
+
+@contextmanager
+def _stop_signals() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt (once: a second signal does not cut the server's stop
+    short) while the UI runs. A job that a non-interactive shell starts in the background (`pmdb ui &`) inherits
+    SIGINT ignored, and Python leaves it so: without this, SIGINT did nothing to a background `pmdb ui`."""
+    fired: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        if not fired:
+            fired.append(signum)
+            raise KeyboardInterrupt
+
+    saved = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _die_with_parent() -> None:
+    """In the server's process before exec: SIGTERM when pmdb dies, even by SIGKILL (Linux prctl; elsewhere a
+    no-op)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
 
 
 def _wait(server: subprocess.Popen) -> int:

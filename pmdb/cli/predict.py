@@ -2,23 +2,22 @@
 statistics from SQL)."""
 from __future__ import annotations
 
-import sys
+import textwrap
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import pandas as pd
 import typer
 
 from pmdb import platform as platforms
 from pmdb.cli.common import limit_option, open_store, render, row_limit
+from pmdb.cli.text_table import terminal_width
 from pmdb.errors import PmdbError
+from pmdb.notes import say, wrapped
 from simulator import error_stats as error_tables
-from simulator.chrome_trace import check_destination, write_chrome_trace
-from simulator.measured_shapes import check_kernels
-from simulator.model_set import check_cache_state, with_collectives
-from simulator.pending import pending_imports, pending_runs
-from simulator.predict import MODES, check_options, predict_and_store
-from simulator.store_rows import Prediction, prediction_platform
+
+if TYPE_CHECKING:
+    from simulator.store_rows import Prediction
 
 WHAT = ("e2e", "kernel", "baseline", "side-by-side")
 ERROR_TABLE_ROWS = 30  # rows per `pmdb errors` table unless --limit says otherwise
@@ -55,15 +54,16 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
                            "comm_busy_ms": round(r.comm_busy_us / 1000, 3),
                            "comm_only_ms": round(r.comm_unoverlapped_us / 1000, 3),
                            "baseline_ms": round(r.baseline_us / 1000, 3), "ops": r.ops} for r in res.ranks])
-    typer.echo("\nper rank (streams: compute = calling thread on CPUs, comm = communication thread/stream):")
+    typer.echo("\n" + wrapped("per rank (streams: compute = calling thread on CPUs, comm = communication "
+                               "thread/stream):"))
     render(ranks)
     if pred.phases_us:
-        typer.echo("\nper training phase (its ops alone, from an idle device):")
+        typer.echo("\n" + wrapped("per training phase (its ops alone, from an idle device):"))
         render(pd.DataFrame([{"phase": phase, "predicted_ms": round(us / 1000, 3)}
                              for phase, us in pred.phases_us.items()]))
     if pred.unmodelled:
-        typer.echo("\nops not covered by a kernel model (fallback: roofline of the peaks, traced time, or "
-                   "unpriced; shares of the traced step and of the predicted work):")
+        typer.echo("\n" + wrapped("ops not covered by a kernel model (fallback: roofline of the peaks, traced "
+                                   "time, or unpriced; shares of the traced step and of the predicted work):"))
         frame = pd.DataFrame(pred.unmodelled)
         for column in ("measured_share", "predicted_share"):
             if column in frame:
@@ -101,7 +101,9 @@ def predict(ctx: typer.Context,
             overheads_from: Optional[str] = typer.Option(None, "--overheads-from",
                                                          help="Borrow this platform's overhead table (same "
                                                               "semantics), e.g. for a GPU known only by its spec "
-                                                              "sheet; the output names it."),
+                                                              "sheet; the output names it. Default for a GPU "
+                                                              "without a table: nvidia-h200's (today's host "
+                                                              "path, shipped with pmdb)."),
             export_trace: Optional[Path] = typer.Option(None, "--export-trace", metavar="FILE",
                                                         help="Also write the simulated iteration as a Chrome trace "
                                                              "(Perfetto, chrome://tracing): one process per rank, "
@@ -139,9 +141,33 @@ def predict(ctx: typer.Context,
                                                      "derived configuration's op shapes the store lacks (kernels "
                                                      "only, warm and cold) and refit those ops (new versions, "
                                                      "champions may move), then predict."),
+            data_parallel: Optional[int] = typer.Option(None, "--data-parallel", metavar="D",
+                                                        help="With --what-if: D data-parallel ranks (per-rank "
+                                                             "batch divided, DDP's bucketed all-reduce)."),
+            tensor_parallel: Optional[int] = typer.Option(None, "--tensor-parallel", metavar="T",
+                                                          help="With --what-if: T-way Megatron tensor parallel "
+                                                               "(heads and MLP columns split)."),
+            pipeline_parallel: Optional[int] = typer.Option(None, "--pipeline-parallel", metavar="P",
+                                                            help="With --what-if: P pipeline stages (1F1B)."),
+            micro_batches: Optional[int] = typer.Option(None, "--micro-batches", metavar="M",
+                                                        help="With --pipeline-parallel: micro-batches per step "
+                                                             "(default 1)."),
+            gpus: Optional[int] = typer.Option(None, "--gpus", metavar="N",
+                                               help="With the parallel options: the GPUs D x T x P must fill."),
+            megatron_fusions: bool = typer.Option(False, "--megatron-fusions",
+                                                  help="With the parallel options: drop the eager passes "
+                                                       "Megatron's fused softmax, bias-GELU and "
+                                                       "bias-dropout-add kernels save (an estimate)."),
             fmt: str = typer.Option("table", "--format", help="Output format: table, csv or json.")) -> None:
     """Predict the per-iteration time of a workload run or trace set (Algorithm 1 over all ranks), print it with
     the measured time and the error, and store it with the model and overhead versions used."""
+    # the simulator loads torch: imported here, not by `pmdb --help` or the read-only commands
+    from simulator.chrome_trace import check_destination, write_chrome_trace
+    from simulator.measured_shapes import check_kernels
+    from simulator.model_set import check_cache_state, with_collectives
+    from simulator.predict import MODES, check_options, predict_and_store
+    from simulator.store_rows import prediction_platform
+
     if sum(x is not None and x is not False for x in (run_id, trace_set, all_ or None)) != 1:
         raise PmdbError("give exactly one of: a workload RUN_ID, --trace-set ID, --all")
     if export_trace is not None:
@@ -153,11 +179,14 @@ def predict(ctx: typer.Context,
     models = with_collectives(models, collectives)
     if mode not in MODES:
         raise PmdbError(f"bad --mode {mode!r}: use model or replay")
+    parallel = {k: v for k, v in (("dp", data_parallel), ("tp", tensor_parallel), ("pp", pipeline_parallel),
+                                  ("micro_batches", micro_batches), ("gpus", gpus),
+                                  ("fused", megatron_fusions or None)) if v is not None}
     if what_if or batch_size is not None or world_size is not None or sharder or recorded_batch is not None \
-            or measure_shapes:
+            or measure_shapes or parallel:
         if not what_if:
-            raise PmdbError("--batch-size, --world-size, --sharder, --recorded-batch and --measure-shapes go with "
-                            "--what-if")
+            raise PmdbError("--batch-size, --world-size, --sharder, --recorded-batch, --measure-shapes and the "
+                            "parallel options go with --what-if")
         if all_:
             raise PmdbError("--what-if derives from one trace set: give --trace-set ID, not --all")
         if export_trace is not None or log_mlflow:
@@ -169,7 +198,7 @@ def predict(ctx: typer.Context,
                                   world_size=world_size, sharders=sharder, recorded_batch=recorded_batch, mode=mode,
                                   models=models, target_platform=target_platform, cache_state=cache_state,
                                   overhead_version=overhead_version, overheads_from=overheads_from, fmt=fmt,
-                                  measure_shapes=measure_shapes, kernels=kernels)
+                                  measure_shapes=measure_shapes, kernels=kernels, parallel=parallel)
     options = dict(mode=mode, models=models, target_platform=target_platform, cache_state=cache_state,
                    overhead_version=overhead_version, overheads_from=overheads_from, kernels=kernels)
     with open_store(ctx) as store:
@@ -198,6 +227,9 @@ def _predict_all(store: Any, platform: str, target: Optional[str], options: dict
     """``--all``: the pending workload runs of ``platform``, then the pending imported trace sets (of ``target``,
     or of every platform, each on its own); an imported set that cannot be predicted is named and skipped. Returns
     the prediction ids."""
+    from simulator.pending import pending_imports, pending_runs
+    from simulator.predict import predict_and_store
+
     runs = pending_runs(store, platform, options["models"], options["cache_state"], options["kernels"])
     imports = pending_imports(store, target, options["models"], options["cache_state"], runs_platform=platform,
                               kernels=options["kernels"])
@@ -217,7 +249,7 @@ def _predict_all(store: Any, platform: str, target: Optional[str], options: dict
                 if trace_set is None:
                     raise
                 warnings.append(f"trace set {trace_set}: {exc}")
-                print(f"pmdb: warning: trace set {trace_set} not predicted: {exc}", file=sys.stderr)
+                say("warning", f"trace set {trace_set} not predicted: {exc}")
                 continue
             warnings += [f"{workload_run or f'trace set {trace_set}'}: {w}" for w in pred.warnings]
             rows.append({"prediction_id": pid, "workload_run": workload_run, "trace_set": pred.trace_set_id,
@@ -288,6 +320,9 @@ def errors(ctx: typer.Context,
             render(frame[[c for c in frame.columns if c not in last] + last], limit=cap,
                    labels=ERROR_LABELS, lift=("platform", "mode", "model_set_id"),
                    legend=("model_set_id", "model_set"))
+            note = error_tables.self_priced_note(store, mode, platform) if name == "e2e" else None
+            if note:
+                typer.echo(textwrap.fill(f"({note})", terminal_width(), break_on_hyphens=False))
 
 
 def register(app: typer.Typer) -> None:

@@ -9,6 +9,7 @@ import typer
 
 from pmdb.cli.common import open_store, render, workspace
 from pmdb.errors import PmdbError
+from pmdb.notes import wrapped
 
 
 def report(ctx: typer.Context,
@@ -26,10 +27,16 @@ def report(ctx: typer.Context,
         if platform is not None and not store.scalar("SELECT count(*) FROM platforms WHERE name = ?", [platform]):
             raise PmdbError(f"unknown platform {platform!r} (`pmdb status` lists them)")
         made = build_report(store, out, platform)
+    from report.page import not_run_yet
+
     rows = [{"section": s.key, "figures": len(s.figures), "warnings": len(s.warnings),
-             "missing": s.missing or ""} for s in made.sections]
+             "state": "not run yet" if s.missing else "shown"} for s in made.sections]
     render(pd.DataFrame(rows))
-    typer.echo(f"\nwrote {made.page} and {len(made.figures)} figure(s)")
+    said = [f"{s.key}: warning: {w}" for s in made.sections for w in s.warnings]
+    said += [f"{s.key}: {not_run_yet(s.missing)}" for s in made.sections if s.missing]
+    if said:  # whole, wrapped to the terminal: the commands they advise are never cut
+        typer.echo("\n" + "\n".join(wrapped(line) for line in said))
+    typer.echo("\n" + wrapped(f"wrote {made.page} and {len(made.figures)} figure(s)"))
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,12 @@ MAX_CELL = 40       # characters of a text cell before it is cut, whatever the w
 MIN_CELL = 12       # a text column is not cut narrower than this (nor than its header)
 MIN_WIDTH = 40      # narrowest table width considered
 FIRST_SHARE = 3     # a text first column is not narrowed below 1/FIRST_SHARE of the width (other columns go first)
+# columns a table prints once above itself when every row holds the same value ('platform: NAME')
+LIFTED = ("platform", "target_platform", "source_platform", "family", "mode")
+# short headers of the named queries' tables (csv and json keep the names)
+SHORT_HEADERS = {"world_size": "ws", "batch_size": "batch", "measured_ms": "meas_ms", "predicted_ms": "pred_ms",
+                 "baseline_ms": "base_ms", "error_pct": "err%", "baseline_error_pct": "base_err%",
+                 "cache_state": "cache", "implementation": "impl"}
 
 
 def terminal_width() -> int:
@@ -25,6 +31,13 @@ def terminal_width() -> int:
 def is_empty(value: Any) -> bool:
     """True for None, NaN, NaT and pandas' NA (lists and arrays are never empty cells)."""
     return bool(pd.api.types.is_scalar(value) and pd.isna(value))
+
+
+def ids_last(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its id columns ('id', '*_id') moved to the right end: in a narrow table they are the first
+    left out (named in the note), and the columns that tell the rows apart keep their room."""
+    ids = [c for c in frame.columns if str(c) == "id" or str(c).endswith("_id")]
+    return frame[[c for c in frame.columns if c not in ids] + ids] if 0 < len(ids) < len(frame.columns) else frame
 
 
 def cut(text: str, width: int) -> str:

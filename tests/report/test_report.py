@@ -242,7 +242,8 @@ def test_cli_report_writes_to_reports_and_draws_a_planner_sweep(workspace, tmp_p
     home = str(workspace.home)
     assert main(["--home", home, "report"]) == 0
     page = (workspace.home / "reports" / "index.html").read_text()
-    assert page.count("Missing:") == len(SECTION_IDS) and "pmdb fit --all" in page
+    assert page.count("not run yet: ") == len(SECTION_IDS) and "Missing" not in page and "pmdb fit --all" in page
+    assert "<p class='notyet'>not run yet: `pmdb collect ops`, then `pmdb fit --all` (no fitted kernel models)" in page
     assert "wrote" in capsys.readouterr().out
     assert main(["--home", home, "report", "--platform", "nowhere"]) == 2
     assert main(["--home", home, "plan", "sweep", "--model", "gpt2-345m", "--gpus", "8,16", "--global-batch", "64",
@@ -250,7 +251,7 @@ def test_cli_report_writes_to_reports_and_draws_a_planner_sweep(workspace, tmp_p
     out = tmp_path / "rep"
     assert main(["--home", home, "report", "-o", str(out)]) == 0
     planner = _section((out / "index.html").read_text(), "planner")
-    assert "Missing" not in planner and "src='planner_sweep.png'" in planner
+    assert "not run yet" not in planner and "src='planner_sweep.png'" in planner
     with Image.open(out / "planner_sweep.png") as image:
         assert image.size[1] < 1000
 
