@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/pmdb quickstart
 
+# Two workers; each test module (and each expensive shared workspace's tests) on one of them, slow ones first
+# (tests/conftest.py orders them).
 test: $(STAMP)
-	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/python -m pytest -q -n 2 --durations=15
+	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
 
 clean:
 	rm -rf $(VENV) pmdb-workspace

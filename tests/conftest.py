@@ -2,25 +2,74 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
+# output is judged as a pipe prints it (notes one line each): a test that wants a width sets COLUMNS itself
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 from pmdb.config import Workspace  # noqa: E402
 from pmdb.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
+if str(ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tests"))  # tests/harness.py and tests/recording.py import by name
+
+
+# Folders whose tests share a session fixture that costs tens of seconds of CPU (tests/shard: a real 2-rank
+# recording, sweeps and fits): `make test` runs each such folder on one worker, which builds the fixture once.
+ONE_WORKER_FOLDERS = ("tests/shard/",)
+
+
+def _work_unit(nodeid: str) -> str:
+    """The unit of work of `make test` a test belongs to: its module, or its :data:`ONE_WORKER_FOLDERS` folder."""
+    module = nodeid.split("::", 1)[0]
+    return next((folder for folder in ONE_WORKER_FOLDERS if module.startswith(folder)), module)
+
+
+@pytest.hookimpl(optionalhook=True)   # a pytest-xdist hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``-n 2 --dist loadgroup`` (`make test`): whole modules, and whole :data:`ONE_WORKER_FOLDERS` folders, go to
+    one worker each (module and session fixtures built once), handed out in collection order as workers free up.
+    (pytest-xdist 3.8's own loadgroup cannot tag pytest 9's node ids, so it ran as plain ``load``.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+    return WorkUnits(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Work units (:func:`_work_unit`) with a slow test (marked ``slow``) start first, so that two workers end
+    together instead of one waiting on a long last test; each unit's tests keep their order."""
+    first = {_work_unit(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    first |= set(ONE_WORKER_FOLDERS)
+    items.sort(key=lambda item: 0 if _work_unit(item.nodeid) in first else 1)
+
+
+@pytest.fixture(scope="session")
+def empty_workspace(tmp_path_factory) -> Workspace:
+    """A new workspace (the store created, every migration applied), made once per test run: read only."""
+    ws = Workspace(tmp_path_factory.mktemp("empty") / "ws")
+    Store.open(ws, create=True).close()
+    return ws
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Workspace:
-    ws = Workspace(tmp_path / "ws")
-    Store.open(ws, create=True).close()
-    return ws
+def workspace(tmp_path: Path, empty_workspace: Workspace) -> Workspace:
+    """A fresh workspace of this test's own: a copy of :func:`empty_workspace` (creating and migrating a store
+    takes about 0.3 s, copying it a millisecond)."""
+    from harness import copy_workspace
+    return Workspace(copy_workspace(empty_workspace.home, tmp_path / "ws"))
 
 
 @pytest.fixture
@@ -54,6 +103,24 @@ def gpu_trace(store, shared_data):
             ranks = [RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz" if et else None)]
             return ingest_trace_set(store, run.run_id, platform, ranks, label=name, source="imported")
     return load
+
+
+@pytest.fixture(scope="session")
+def cpu_passes(tmp_path_factory) -> dict[str, Path]:
+    """Kineto-only, ET-only and joint (Kineto + ET) passes of a tiny MLP training step, 3 marked iterations
+    (:func:`recording.record_cpu_passes`), recorded once per test run (each worker) for every folder. Read only."""
+    import recording
+    return recording.record_cpu_passes(tmp_path_factory.mktemp("cpu_passes"))
+
+
+@pytest.fixture(scope="session")
+def gloo_traces(tmp_path_factory) -> Path:
+    """Per rank of a 2-rank gloo program (all_reduce, all_to_all_single; :func:`recording.gloo_rank`):
+    kineto_<r>.json and et_<r>.json, recorded once per test run (each worker) for every folder. Read only."""
+    import recording
+    out = tmp_path_factory.mktemp("gloo")
+    recording.spawn_ranks(recording.gloo_rank, 2, out)
+    return out
 
 
 @pytest.fixture

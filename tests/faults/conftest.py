@@ -14,6 +14,8 @@ from typing import Callable
 import duckdb
 import pytest
 
+from harness import copy_workspace  # noqa: E402 (tests/ on sys.path: tests/conftest.py)
+
 PMDB = [sys.executable, "-m", "pmdb.cli.main"]
 # Eight fast roofline ops of the quick sweep: 96 configs, 384 rows, about 10 s on 2 cores.
 QUICK_OPS = ["relu", "gelu", "add", "mul", "sigmoid", "tanh", "softmax", "dropout"]
@@ -92,11 +94,18 @@ def query(home: Path, sql: str, params: list | None = None) -> list[tuple]:
         return conn.execute(sql, params or []).fetchall()
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    """A workspace with this machine registered (by real `pmdb init` and `pmdb platform` processes)."""
-    ws = tmp_path / "ws"
+@pytest.fixture(scope="session")
+def registered_home(tmp_path_factory) -> Path:
+    """A workspace with this machine registered by real `pmdb init` and `pmdb platform` processes, once per test
+    run (each worker): tests get copies (:func:`home`)."""
+    ws = tmp_path_factory.mktemp("registered") / "ws"
     for args in (["init"], ["platform"]):
         done = run_pmdb(ws, *args)
         assert done.returncode == 0, done.stderr
     return ws
+
+
+@pytest.fixture
+def home(tmp_path: Path, registered_home: Path) -> Path:
+    """This test's own copy of :func:`registered_home` (a workspace with this machine registered)."""
+    return copy_workspace(registered_home, tmp_path / "ws")

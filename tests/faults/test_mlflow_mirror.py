@@ -19,6 +19,7 @@ from pmdb import platform as platforms
 from pmdb.config import Workspace
 from pmdb.store import Store
 
+from harness import copy_workspace
 from .conftest import run_pmdb
 
 PLATFORM = "mirror-cpu"
@@ -62,10 +63,11 @@ def empty_mlflow_db(tmp_path_factory) -> Path:
     return ws.mlflow_db
 
 
-@pytest.fixture
-def ws(tmp_path, empty_mlflow_db) -> Workspace:
-    """A workspace with 40 fully_connected timings (a known roofline law) and peaks, fitted twice: v1 and v2."""
-    ws = Workspace(tmp_path / "ws")
+@pytest.fixture(scope="module")
+def fitted_twice(tmp_path_factory, empty_mlflow_db) -> Workspace:
+    """A workspace with 40 fully_connected timings (a known roofline law) and peaks, fitted twice: v1 and v2. Built
+    once per module; tests get copies (:func:`ws`)."""
+    ws = Workspace(tmp_path_factory.mktemp("fitted_twice") / "ws")
     rng = np.random.default_rng(0)
     with Store.open(ws, create=True) as store:
         platforms.ensure_named(store, PLATFORM, device_kind="cpu")
@@ -89,6 +91,12 @@ def ws(tmp_path, empty_mlflow_db) -> Workspace:
         code, _, err = cli(ws.home, *FIT)
         assert code == 0, err
     return ws
+
+
+@pytest.fixture
+def ws(tmp_path, fitted_twice) -> Workspace:
+    """This test's own copy of :func:`fitted_twice` (DuckDB store, mlflow.db, model files)."""
+    return Workspace(copy_workspace(fitted_twice.home, tmp_path / "ws"))
 
 
 def mirror(ws: Workspace) -> dict[int, str]:

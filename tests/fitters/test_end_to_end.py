@@ -1,8 +1,5 @@
 """The fitters on data written by the REAL collectors: a tiny ops sweep and a gloo sweep run here, and the shared
 A100 NCCL all-reduce files imported through the real nccl-tests importer."""
-import subprocess
-import sys
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,12 +10,14 @@ from fitters.model import TrainConfig
 from pmdb import platform as platforms
 from pmdb.store import Store
 
+from harness import in_process
+
 TINY = TrainConfig(max_trials=1, max_epochs=300, patience=150)
 
 
 def _pmdb(ws, *args):
-    proc = subprocess.run([sys.executable, "-m", "pmdb", "--home", str(ws.home), *args], capture_output=True,
-                          text=True, timeout=600)
+    """``pmdb --home WS ARGS`` in this process (:func:`harness.in_process`; the collectors spawn their own ranks)."""
+    proc = in_process(ws.home, *args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 

@@ -11,6 +11,8 @@ from pmdb.cli.main import main
 from pmdb.config import Workspace
 from pmdb.store import Store
 
+from harness import in_process
+
 TINY = {"seq_len": 128, "hidden": 256, "heads": 4, "layers": 4, "vocab": 1000}
 
 
@@ -33,7 +35,7 @@ def test_plan_sweep_end_to_end(tmp_path):
         assert proc.returncode == 0, proc.stderr
         return proc
 
-    pmdb("init")
+    assert in_process(home, "init").returncode == 0        # in this process; the plans as real processes
     out = pmdb("plan", "--model", str(model), "--gpus", "8", "--global-batch", "16", "--system", "a100",
                "--strategy", "all", "--top", "4", "--format", "json", "--quiet")
     rows = json.loads(out.stdout)

@@ -22,7 +22,6 @@ from pmdb.store import Store
 TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
-import recording  # noqa: E402
 
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 64, "n_positions": 16,
              "bos_token_id": 0, "eos_token_id": 0}
@@ -51,10 +50,10 @@ def query(home: Path, sql: str) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def homes(tmp_path_factory) -> dict[str, Path]:
+def homes(tmp_path_factory, cpu_passes) -> dict[str, Path]:
     """Workspaces A and B with real collections; tests copy them before changing them."""
     root = tmp_path_factory.mktemp("exchange")
-    passes = recording.record_cpu_passes(root)
+    passes = cpu_passes
     config = root / "tiny_gpt2.json"
     config.write_text(json.dumps(TINY_GPT2))
     out = {}

@@ -30,9 +30,10 @@ def cpu_trace_files(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def mlp_trace_files(tmp_path_factory) -> dict[str, Path]:
-    """Kineto and ET passes of a one-rank MLP training step (batch 8; :func:`recording.record_cpu_passes`)."""
-    return recording.record_cpu_passes(tmp_path_factory.mktemp("mlp_step"))
+def mlp_trace_files(cpu_passes) -> dict[str, Path]:
+    """Kineto and ET passes of a one-rank MLP training step (batch 8; :func:`recording.record_cpu_passes`): the
+    recording of tests/conftest.py, made once per test run."""
+    return cpu_passes
 
 
 @pytest.fixture

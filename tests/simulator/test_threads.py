@@ -57,17 +57,21 @@ def test_models_of_another_thread_count_warn_once(store, cpu_trace_files, capsys
     capsys.readouterr()
     pred = predict_trace_set(store, ts, mode="model", workload_run_id=truth)
     assert pred.workload_run_id == truth and [m.name for m in pred.models] == [name]
-    assert len(pred.warnings) == 1
-    assert "1 intra-op thread per rank" in pred.warnings[0] and "1 fitted at 4 threads" in pred.warnings[0]
-    assert model in pred.warnings[0]
+    threads = [w for w in pred.warnings if "intra-op thread" in w]
+    assert len(threads) == 1
+    assert "1 intra-op thread per rank" in threads[0] and "1 fitted at 4 threads" in threads[0]
+    assert model in threads[0]
+    # one model for one op: most of the work keeps its traced time, which is said too (replay, not a model)
+    assert [w for w in pred.warnings if w not in threads] == [w for w in pred.warnings if "traced time" in w]
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("pmdb: warning:")]
-    assert err == [f"pmdb: warning: {pred.warnings[0]}"]
+    assert f"pmdb: warning: {threads[0]}" in err and len(err) == len(pred.warnings)
     # replay mode takes no model: nothing to warn about
     assert predict_trace_set(store, ts, mode="replay").warnings == []
     # the same run recorded with 4 threads agrees with the models
     store.conn.execute("UPDATE workload_runs SET threads = 4 WHERE run_id = ?", [truth])
     assert thread_mismatch(store, truth, [(name, int(version))]) is None
-    assert predict_trace_set(store, ts, mode="model", workload_run_id=truth).warnings == []
+    again = predict_trace_set(store, ts, mode="model", workload_run_id=truth).warnings
+    assert not [w for w in again if "intra-op thread" in w]
     # unknown thread count of the run: no claim either way
     store.conn.execute("UPDATE workload_runs SET threads = NULL WHERE run_id = ?", [truth])
     assert thread_mismatch(store, truth, [(name, int(version))]) is None

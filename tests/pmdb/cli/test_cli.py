@@ -1,4 +1,6 @@
-"""The CLI as a user runs it: a real process, exit codes, one-line errors."""
+"""The CLI as a user runs it: a real process, exit codes, one-line errors. A real `pmdb` process where the process
+is under test (its exit code, a lock held by another process); the other commands run in this process
+(:func:`harness.in_process`: the same ``main``, output captured), which saves a start-up each."""
 import json
 import re
 import subprocess
@@ -7,12 +9,23 @@ from pathlib import Path
 
 import pytest
 
+from harness import in_process
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def pmdb(home, *args, check=True):
+    """A real ``python -m pmdb --home HOME ARGS`` process."""
     proc = subprocess.run([sys.executable, "-m", "pmdb", "--home", str(home), *args],
                           capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def here(home, *args, check=True):
+    """``pmdb --home HOME ARGS`` in this process (:func:`harness.in_process`), checked as :func:`pmdb`."""
+    proc = in_process(home, *args)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -27,31 +40,31 @@ def assert_one_line_error(proc, pattern):
 
 def test_init_platform_status_runs_sql(tmp_path):
     home = tmp_path / "ws"
-    assert "created workspace" in pmdb(home, "init").stdout
-    assert "already there" in pmdb(home, "init").stdout
-    out = pmdb(home, "platform").stdout
+    assert "created workspace" in pmdb(home, "init").stdout        # a real process; the rest in this one
+    assert "already there" in here(home, "init").stdout
+    out = here(home, "platform").stdout
     name = re.search(r"platform (\S+) \(fingerprint", out).group(1)
-    assert "rows per table" in pmdb(home, "status").stdout
-    pmdb(home, "runs")
-    got = json.loads(pmdb(home, "sql", "SELECT name, device_kind FROM platforms", "--format", "json").stdout)
+    assert "rows per table" in here(home, "status").stdout
+    here(home, "runs")
+    got = json.loads(here(home, "sql", "SELECT name, device_kind FROM platforms", "--format", "json").stdout)
     assert got == [{"name": name, "device_kind": "cpu"}] or got[0]["device_kind"] == "cuda"
-    csv = pmdb(home, "sql", "SELECT 1 AS a, 2 AS b", "--format", "csv").stdout
+    csv = here(home, "sql", "SELECT 1 AS a, 2 AS b", "--format", "csv").stdout
     assert csv.splitlines() == ["a,b", "1,2"]
-    pmdb(home, "sql", "SELECT * FROM platforms", "-o", str(tmp_path / "p.parquet"))
+    here(home, "sql", "SELECT * FROM platforms", "-o", str(tmp_path / "p.parquet"))
     import pandas as pd
     assert pd.read_parquet(tmp_path / "p.parquet")["name"].tolist() == [name]
     sql_file = tmp_path / "q.sql"
     sql_file.write_text("SELECT count(*) AS n FROM platforms")
-    assert pmdb(home, "sql", "-f", str(sql_file), "--format", "csv").stdout.splitlines() == ["n", "1"]
-    listed = pmdb(home, "sql", "--list").stdout
+    assert here(home, "sql", "-f", str(sql_file), "--format", "csv").stdout.splitlines() == ["n", "1"]
+    listed = here(home, "sql", "--list").stdout
     first = listed.split()[0]
-    pmdb(home, "sql", "--query", first)
+    here(home, "sql", "--query", first)
 
 
 def test_platform_name_override(tmp_path):
     home = tmp_path / "ws"
-    pmdb(home, "init")
-    assert "platform my-box" in pmdb(home, "platform", "--name", "my-box").stdout
+    here(home, "init")
+    assert "platform my-box" in here(home, "platform", "--name", "my-box").stdout
 
 
 @pytest.mark.parametrize("args, pattern", [
@@ -76,8 +89,8 @@ def test_commands_on_missing_workspace(tmp_path, args, pattern):
 ])
 def test_user_mistakes_give_one_line_and_exit_2(tmp_path, args, pattern):
     home = tmp_path / "ws"
-    pmdb(home, "init")
-    assert_one_line_error(pmdb(home, *args, check=False), pattern)
+    here(home, "init")
+    assert_one_line_error(here(home, *args, check=False), pattern)
 
 
 def _subcommands(command, prefix=()):
@@ -118,7 +131,7 @@ def test_every_command_and_option_explains_itself():
 
 def test_locked_store_names_the_holder(tmp_path):
     home = tmp_path / "ws"
-    pmdb(home, "init")
+    here(home, "init")
     code = ("import sys; from pmdb.config import Workspace; from pmdb.store import Store; "
             f"s = Store.open(Workspace({str(home)!r}), command='pmdb collect comms'); print('ready', flush=True); "
             "sys.stdin.readline()")
@@ -139,22 +152,22 @@ def test_readme_gives_the_two_commands_and_makefile_has_them():
 
 
 def test_quickstart_lists_its_steps_and_refuses_unknown_ones(tmp_path):
-    listed = pmdb(tmp_path / "fresh", "quickstart", "--list").stdout
+    listed = here(tmp_path / "fresh", "quickstart", "--list").stdout
     for step in ("ops", "comms", "dlrm-ws1", "dlrm-ws2-naive", "gpt2-ws1", "bert-ws1", "xlnet-ws1", "ops-from-traces",
                  "fit", "predict"):
         assert step in listed
-    assert_one_line_error(pmdb(tmp_path / "fresh", "quickstart", "--only", "nope", check=False), "unknown quickstart")
+    assert_one_line_error(here(tmp_path / "fresh", "quickstart", "--only", "nope", check=False), "unknown quickstart")
 
 
 def test_quickstart_step_failure_keeps_going_later_and_completed_steps_are_reused(tmp_path):
     from pmdb.cli import quickstart
     from pmdb.config import Workspace
     home = tmp_path / "fresh"
-    failed = pmdb(home, "quickstart", "--only", "overheads", check=False)  # no traces yet: the step must fail
+    failed = here(home, "quickstart", "--only", "overheads", check=False)  # no traces yet: the step must fail
     assert failed.returncode == 2 and f"run `pmdb --home {home} quickstart` again to resume" in failed.stderr
     assert not quickstart._done(Workspace(home), "overheads")
     quickstart._mark_done(Workspace(home), "ops", 1.0)
-    assert "done before, reused" in pmdb(home, "quickstart", "--only", "ops").stdout
+    assert "done before, reused" in here(home, "quickstart", "--only", "ops").stdout
 
 
 def test_quickstart_learns_the_in_context_term_from_its_calibration_runs_only(tmp_path):
@@ -165,7 +178,7 @@ def test_quickstart_learns_the_in_context_term_from_its_calibration_runs_only(tm
     from pmdb.store import Store
 
     home = Workspace(tmp_path / "fresh")
-    listed = pmdb(home.home, "quickstart", "--list").stdout
+    listed = here(home.home, "quickstart", "--list").stdout
     assert "dlrm-ws2-calibration-1" in listed and "--sharder random --seed 1" in listed
     assert "fit comms-context --target step --trace-set ID..." in listed
     judged = {s.args[s.args.index("--sharder") + 1] for s in quickstart.steps("r") if "--sharder" in s.args
@@ -186,3 +199,25 @@ def test_quickstart_learns_the_in_context_term_from_its_calibration_runs_only(tm
     quickstart._mark_done(home, "dlrm-ws2-naive", 1.0, [runs[1]])       # a judged run: never learnt from
     with Store.open(home, read_only=True) as store:
         assert quickstart.calibration_trace_sets(store) == ("--trace-set", str(sets[0]))
+
+
+def test_quickstart_skips_shape_rounds_once_the_rounds_agree(tmp_path):
+    """Rounds 4 and 5 of the traced shapes run only while the first rounds disagree (collectors.ops.shape_rounds)."""
+    from pmdb import platform as platforms
+    from pmdb.cli import quickstart
+    from pmdb.config import Workspace
+    from pmdb.store import Store
+
+    home = Workspace(tmp_path / "ws")
+    with Store.open(home, create=True) as store:
+        name = platforms.register_local(store)["name"]
+        for us in (100.0, 103.0, 101.0):
+            with store.run("ops", name, {"from_traces": True}) as run:
+                store.insert("op_measurements", [{"run_id": run.run_id, "platform": name, "op": "relu", "pass": "fwd",
+                                                  "implementation": "torch", "dtype": "float32", "device": "cpu",
+                                                  "cache_state": "cold", "params": {"B": 1}, "config_key": "k",
+                                                  "median_us": us, "threads": 1}])
+    out = here(home.home, "quickstart", "--only", "ops-from-traces-4").stdout
+    assert "not needed, 3 rounds of 1 traced shapes agree within 3.0%" in out
+    assert quickstart._done(home, "ops-from-traces-4")
+    assert "done before, reused" in here(home.home, "quickstart", "--only", "ops-from-traces-4").stdout

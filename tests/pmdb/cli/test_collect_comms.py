@@ -1,4 +1,6 @@
-"""`pmdb collect comms` and `pmdb collect import-comms` as a user runs them (real processes)."""
+"""`pmdb collect comms` and `pmdb collect import-comms` as a user runs them: the sweeps as real processes (their ranks,
+torchrun, SIGTERM), the commands around them in this process (:func:`harness.in_process`: the same ``main``, output
+captured; each process start costs a second or more)."""
 import json
 import os
 import re
@@ -7,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from harness import in_process
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -19,6 +23,14 @@ def pmdb(home, *args, check=True, env=None):
     return proc
 
 
+def here(home, *args, check=True):
+    """``pmdb --home HOME ARGS`` in this process, checked as :func:`pmdb`."""
+    proc = in_process(home, *args)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 def one_line_error(proc, pattern):
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -26,18 +38,18 @@ def one_line_error(proc, pattern):
 
 
 def curves(home):
-    return json.loads(pmdb(home, "sql", "--query", "comm_curves", "--format", "json").stdout)
+    return json.loads(here(home, "sql", "--query", "comm_curves", "--format", "json").stdout)
 
 
 def test_import_the_seven_shared_a100_files(tmp_path, shared_data):
     home = tmp_path / "ws"
-    pmdb(home, "init")
+    here(home, "init")
     files = sorted((shared_data / "collectives" / "vtrain_a100_allreduce").glob("AR_GPU*.csv"))
     assert len(files) == 7
-    out = pmdb(home, "collect", "import-comms", *map(str, files), "--format", "nccl-tests",
+    out = here(home, "collect", "import-comms", *map(str, files), "--format", "nccl-tests",
                "--platform", "a100-sxm4-8x", "--topology", "8x A100 SXM4 80GB, NVSwitch").stdout
     assert len(re.findall(r"^imported .*AR_GPU\d\.csv: 2048 rows \(all_reduce, world size \d\)$", out, re.M)) == 7
-    again = pmdb(home, "collect", "import-comms", str(files[0]), "--format", "nccl-tests",
+    again = here(home, "collect", "import-comms", str(files[0]), "--format", "nccl-tests",
                  "--platform", "a100-sxm4-8x").stdout
     assert "skipped" in again and "already imported" in again
     got = curves(home)
@@ -48,16 +60,16 @@ def test_import_the_seven_shared_a100_files(tmp_path, shared_data):
     assert len(got) == 7 * 1024
     bad = tmp_path / "AR_GPU9.csv"
     bad.write_text("size(B),count,type,time(ns),busbw(GB/s)\n1048576,262144,float,44210,x\n")
-    one_line_error(pmdb(home, "collect", "import-comms", str(bad), "--format", "nccl-tests", "--platform", "p",
+    one_line_error(here(home, "collect", "import-comms", str(bad), "--format", "nccl-tests", "--platform", "p",
                         check=False), r"^pmdb: error: .*AR_GPU9.csv:2: busbw is 'x', not a number$")
-    one_line_error(pmdb(home, "collect", "import-comms", str(files[0]), "--format", "csv", "--platform", "p",
+    one_line_error(here(home, "collect", "import-comms", str(files[0]), "--format", "csv", "--platform", "p",
                         check=False), r"bad --format 'csv'")
 
 
 @pytest.mark.slow
 def test_comms_world_size_4_is_oversubscribed_and_stored(tmp_path):
     home = tmp_path / "ws"
-    pmdb(home, "init")
+    here(home, "init")
     proc = pmdb(home, "collect", "comms", "--world-size", "4", "--ops", "all_reduce,all_to_allv",
                 "--min-bytes", "64", "--max-bytes", "4KiB", "--factor", "64", "--iters", "3", "--warmup", "1",
                 "--random-splits", "1", "--no-progress")
@@ -68,7 +80,7 @@ def test_comms_world_size_4_is_oversubscribed_and_stored(tmp_path):
     got = curves(home)
     assert {(r["collective"], r["world_size"], r["split_kind"]) for r in got} == \
         {("all_reduce", 4, "equal"), ("all_to_allv", 4, "random")}
-    summary = json.loads(pmdb(home, "sql", "SELECT summary FROM collection_runs", "--format", "json")
+    summary = json.loads(here(home, "sql", "SELECT summary FROM collection_runs", "--format", "json")
                          .stdout)[0]["summary"]
     assert json.loads(summary)["oversubscribed"] is True
 
@@ -76,7 +88,7 @@ def test_comms_world_size_4_is_oversubscribed_and_stored(tmp_path):
 @pytest.mark.slow
 def test_comms_under_torchrun_only_rank_0_writes(tmp_path):
     home = tmp_path / "ws"
-    pmdb(home, "init")
+    here(home, "init")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     proc = subprocess.run([str(VENV_BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "-m", "pmdb",
                            "--home", str(home), "collect", "comms", "--ops", "all_reduce,all_gather",
@@ -84,7 +96,7 @@ def test_comms_under_torchrun_only_rank_0_writes(tmp_path):
                            "--no-progress"], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "rank 1: measured 6 steps" in proc.stdout and re.search(r"run \w+: 6 steps, 18 rows", proc.stdout)
-    runs = json.loads(pmdb(home, "sql", "SELECT args->>'launcher' AS launcher, status FROM collection_runs",
+    runs = json.loads(here(home, "sql", "SELECT args->>'launcher' AS launcher, status FROM collection_runs",
                            "--format", "json").stdout)
     assert runs == [{"launcher": "torchrun", "status": "completed"}]
     assert {r["world_size"] for r in curves(home)} == {2}
@@ -100,7 +112,7 @@ def test_comms_under_torchrun_only_rank_0_writes(tmp_path):
 ])
 def test_comms_user_mistakes(tmp_path, args, pattern):
     # refused before anything runs or opens the store (no workspace needed)
-    one_line_error(pmdb(tmp_path / "ws", "collect", "comms", *args, check=False), pattern)
+    one_line_error(here(tmp_path / "ws", "collect", "comms", *args, check=False), pattern)
 
 
 def _children(pid: int) -> list[int]:
@@ -120,7 +132,7 @@ def test_sigterm_interrupts_the_sweep_and_leaves_no_rank(tmp_path):
     import signal
     import time
     home = tmp_path / "ws"
-    pmdb(home, "init")
+    here(home, "init")
     proc = subprocess.Popen([sys.executable, "-m", "pmdb", "--home", str(home), "collect", "comms", "--ops",
                              "all_reduce", "--max-bytes", "64", "--iters", "100000", "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -142,7 +154,7 @@ def test_sigterm_interrupts_the_sweep_and_leaves_no_rank(tmp_path):
     time.sleep(0.5)
     assert not [r for r in ranks if Path(f"/proc/{r}").exists()
                 and Path(f"/proc/{r}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
-    runs = json.loads(pmdb(home, "sql", "SELECT status FROM collection_runs", "--format", "json").stdout)
+    runs = json.loads(here(home, "sql", "SELECT status FROM collection_runs", "--format", "json").stdout)
     assert runs == [{"status": "interrupted"}]
-    assert json.loads(pmdb(home, "sql", "SELECT count(*) AS n FROM collective_measurements", "--format",
+    assert json.loads(here(home, "sql", "SELECT count(*) AS n FROM collective_measurements", "--format",
                            "json").stdout) == [{"n": 0}]

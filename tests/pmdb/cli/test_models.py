@@ -1,4 +1,6 @@
-"""`pmdb fit`, `pmdb models`, `pmdb models promote` and `pmdb ui` as a user runs them (real processes)."""
+"""`pmdb fit`, `pmdb models`, `pmdb models promote` and `pmdb ui` as a user runs them: `pmdb ui` and a first `pmdb
+fit` as real processes, the other commands in this process (:func:`harness.in_process`: the same ``main``, output
+captured; no process boundary is under test there and each start costs seconds)."""
 import json
 import os
 import re
@@ -18,12 +20,18 @@ from pmdb import platform as platforms
 from pmdb.config import Workspace
 from pmdb.store import Store
 
+from harness import in_process
+
 PLATFORM = "cli-box"
 
 
 def pmdb(home, *args, timeout=300):
+    """A real ``python -m pmdb --home HOME ARGS`` process."""
     return subprocess.run([sys.executable, "-m", "pmdb", "--home", str(home), *args],
                           capture_output=True, text=True, timeout=timeout)
+
+
+here = in_process  # ``pmdb --home HOME ARGS`` in this process
 
 
 def one_line_error(proc, pattern):
@@ -58,8 +66,8 @@ def home(tmp_path_factory):
 
 
 def test_fit_needs_a_selection_and_enough_data(home):
-    one_line_error(pmdb(home, "fit", "--platform", PLATFORM), r"--op NAME .* or --all")
-    one_line_error(pmdb(home, "fit", "--op", "bmm", "--platform", PLATFORM),
+    one_line_error(here(home, "fit", "--platform", PLATFORM), r"--op NAME .* or --all")
+    one_line_error(here(home, "fit", "--op", "bmm", "--platform", PLATFORM),
                    r"too little data.*bmm fwd \(torch, float32, cold\): 6 rows")
 
 
@@ -71,16 +79,16 @@ def test_fit_models_and_promote(home):
     assert f"1 model versions registered on {PLATFORM}" in fitted.stdout, fitted.stdout
     with Store.open(Workspace(home)) as store:  # a second version, fitted in-process (saves a process start)
         fit_models(store, Workspace(home), PLATFORM, FitOptions(ops=["all_reduce"], progress=False))
-    listed = json.loads(pmdb(home, "models", "--platform", PLATFORM, "--all", "--format", "json").stdout)
+    listed = json.loads(here(home, "models", "--platform", PLATFORM, "--all", "--format", "json").stdout)
     assert [(r["version"], r["aliases"]) for r in listed] == [(2, "champion,latest"), (1, None)], listed
     assert all(r["gmae_pct"] < 1.0 and r["n_test"] == 4 for r in listed), listed  # exact curve: ~0 held-out error
-    promoted = pmdb(home, "models", "promote", name, "1")
+    promoted = here(home, "models", "promote", name, "1")
     assert promoted.returncode == 0 and "champion -> version 1" in promoted.stdout, promoted.stderr
-    champion = json.loads(pmdb(home, "models", "--alias", "champion", "--format", "json").stdout)
+    champion = json.loads(here(home, "models", "--alias", "champion", "--format", "json").stdout)
     assert [r["version"] for r in champion] == [1], champion
-    default = json.loads(pmdb(home, "models", "--format", "json").stdout)  # each name's champion
+    default = json.loads(here(home, "models", "--format", "json").stdout)  # each name's champion
     assert [(r["name"], r["version"]) for r in default] == [(name, 1)], default
-    one_line_error(pmdb(home, "models", "promote", name, "9"), r"has no version 9")
+    one_line_error(here(home, "models", "promote", name, "9"), r"has no version 9")
 
 
 def _free_port():

@@ -1,0 +1,51 @@
+"""Test harness shared by the test folders (tests/conftest.py puts this folder on sys.path):
+
+* :func:`copy_workspace`: a workspace directory built once per test run, copied for one test (DuckDB file,
+  mlflow.db, artifacts), so tests stay independent without rebuilding it;
+* :func:`in_process`: ``pmdb --home HOME ARGS`` run by :func:`pmdb.cli.main.main` in this process, with its output
+  captured, for tests where no process boundary is under test (a process start imports torch, MLflow: seconds).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+
+def copy_workspace(src: Path, dst: Path) -> Path:
+    """Copy workspace directory ``src`` to ``dst`` (which must not exist) and return ``dst``. MLflow keeps absolute
+    artifact locations (file URIs, paths) in mlflow.db: in the copy they point into ``dst``, so a test that deletes
+    or changes model files never touches ``src``. The source's stores must be closed (no writer running)."""
+    src, dst = Path(src).resolve(), Path(dst)
+    shutil.copytree(src, dst, symlinks=True)
+    mlflow_db = dst / "mlflow.db"
+    if mlflow_db.is_file():
+        _repoint(mlflow_db, str(src), str(dst.resolve()))
+    return dst
+
+
+def _repoint(db: Path, old: str, new: str) -> None:
+    """Replace ``old`` by ``new`` in every text value of sqlite database ``db`` (paths and file URIs)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            for _, column, kind, *_ in conn.execute(f'PRAGMA table_info("{table}")').fetchall():
+                if kind.upper().startswith(("VARCHAR", "TEXT", "CHAR")) or not kind:
+                    conn.execute(f'UPDATE "{table}" SET "{column}" = replace("{column}", ?, ?) '
+                                 f'WHERE typeof("{column}") = \'text\' AND instr("{column}", ?) > 0', [old, new, old])
+        conn.commit()
+
+
+def in_process(home: Path | str | None, *args: object) -> subprocess.CompletedProcess:
+    """``pmdb [--home HOME] ARGS`` in this process: a CompletedProcess (returncode, stdout, stderr) as
+    ``subprocess.run(..., capture_output=True, text=True)`` gives for the real command."""
+    from pmdb.cli.main import main
+
+    argv = ([] if home is None else ["--home", str(home)]) + [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return subprocess.CompletedProcess(["pmdb", *argv], code, out.getvalue(), err.getvalue())
