@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,9 +40,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pmdb.metrics import gmae_of_abs
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PMDB = [sys.executable, "-m", "pmdb"]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from pmdb_commands import Commands  # noqa: E402
 GPT2 = ["transformer", "--arch", "gpt2", "--layers", "2", "--hidden", "256", "--heads", "4", "--seq-len", "48"]
 DLRM = ["dlrm", "--preset", "dlrm_ddp"]
 CALIBRATION_SEEDS = (1, 2)   # world-size-2 DLRM runs, random sharding (no judged plan): the collectives' step factor
@@ -92,22 +95,8 @@ CONFIGS = (
 )
 
 
-def pmdb(home: Path, *args: str, log: list[str]) -> str:
-    """Run one pmdb command in the workspace; its stdout, or exit naming the command."""
-    shown = "pmdb " + " ".join(args)
-    print(f"$ {shown}", flush=True)
-    started = time.perf_counter()
-    done = subprocess.run([*PMDB, "--home", str(home), *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"})
-    log.append(f"| `{shown[:100]}` | {time.perf_counter() - started:.1f} |")
-    if done.returncode != 0:
-        raise SystemExit(f"whatif_accuracy: `{shown}` failed ({done.returncode}):\n{done.stdout[-2000:]}"
-                         f"{done.stderr[-2000:]}")
-    return done.stdout
-
-
-def sql(home: Path, query: str, log: list[str]) -> list[dict]:
-    return json.loads(pmdb(home, "sql", query, "--format", "json", log=log) or "[]")
+_COMMANDS = Commands("whatif_accuracy", shown_chars=100)
+pmdb, sql = _COMMANDS.stdout, _COMMANDS.sql
 
 
 def _pct(value: float | None) -> str:
@@ -214,19 +203,19 @@ def main(argv: list[str] | None = None) -> int:
                      f"{_pct(with_shapes.get(config.name))} |")
     derived = [abs(e) for c, e in errors.items() if e is not None and next(x for x in CONFIGS if x.name == c).recorded]
     if derived:
-        gmae = statistics.geometric_mean([e + 4e-4 for e in derived])
+        gmae = gmae_of_abs(derived)
         lines += ["", f"Derived configurations: geomean |error| {100 * gmae:.1f}%, max {100 * max(derived):.1f}% "
                       f"(n = {len(derived)})."]
     if with_shapes:
         shaped_errors = [abs(e) for e in with_shapes.values()]
         lines += ["", f"The same derived configurations with `--measure-shapes` (their new op shapes microbenchmarked "
                       f"and those ops refitted before predicting): geomean |error| "
-                      f"{100 * statistics.geometric_mean([e + 4e-4 for e in shaped_errors]):.1f}%, max "
+                      f"{100 * gmae_of_abs(shaped_errors):.1f}%, max "
                       f"{100 * max(shaped_errors):.1f}% (n = {len(shaped_errors)})."]
     if added:
         own = [abs(e) for e in added.values()]
         lines += ["", f"The derivations alone (error relative to the recorded configuration's): geomean "
-                      f"{100 * statistics.geometric_mean([e + 4e-4 for e in own]):.1f}%, max {100 * max(own):.1f}%."]
+                      f"{100 * gmae_of_abs(own):.1f}%, max {100 * max(own):.1f}%."]
     lines += ["", "## Commands and their wall time (s)", "", "| command | s |", "|---|---|", *log, ""]
     out = args.out or RESULTS / f"whatif_accuracy_{platform}.md"
     out.parent.mkdir(parents=True, exist_ok=True)

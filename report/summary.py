@@ -27,7 +27,7 @@ SELECT e.prediction_id, e.workload_run_id, e.platform, e.family, e.workload, e.w
        e.predicted_us, e.measured_us, e.baseline_us, e.rel_error, e.baseline_rel_error,
        w.spread, coalesce(w.source, 'measured') AS truth, p.device_kind, p.gpu_name,
        TRY_CAST(k.config->>'$.seq_len' AS INTEGER) AS seq_len, CAST(k.sharding AS VARCHAR) AS placement,
-       e.in_sample
+       e.in_sample, e.self_priced
 FROM v_prediction_errors e
 JOIN workload_runs w ON w.run_id = e.workload_run_id
 JOIN platforms p ON p.name = e.platform
@@ -80,6 +80,7 @@ class Summary:
     families: list[FamilyRow] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     whatifs: list[WhatIf] = field(default_factory=list)
+    host: str | None = None       # the CPU the local runs were measured on, with its cache sizes
 
 
 def _label(row: pd.Series, several_platforms: bool) -> str:
@@ -95,6 +96,23 @@ def _optional(value) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
 
 
+def _mib(value) -> str:
+    value = _optional(value)
+    return "?" if value is None else f"{value / 2 ** 20:g} MiB"
+
+
+def host_line(store: Store, platforms: list[str]) -> str | None:
+    """'host: <CPU model> (<platform>), L2 <size>/core, LLC <size>': what the local figures belong to (the cache
+    sizes detected from sysfs when the platform was registered)."""
+    if not platforms:
+        return None
+    frame = store.query("SELECT name, cpu_model, details->>'$.l2_bytes' AS l2, details->>'$.llc_bytes' AS llc "
+                        "FROM platforms WHERE list_contains(?, name) ORDER BY name", [platforms])
+    parts = [f"{row['cpu_model'] or row['name']}, L2 {_mib(row['l2'])}/core, LLC {_mib(row['llc'])}"
+             for _, row in frame.iterrows()]
+    return "host: " + "; ".join(parts) if parts else None
+
+
 def summarize(store: Store) -> Summary:
     """The summary of every workload run with a model-mode prediction (its latest one per target platform), but
     runs whose latest prediction is in-sample (a warning counts them)."""
@@ -108,9 +126,15 @@ def summarize(store: Store) -> Summary:
         out.warnings.append(f"{count} run{'s' if count > 1 else ''} left out: priced by an in-context collective "
                             f"term fitted on {'their' if count > 1 else 'its'} own traces (calibration, "
                             f"`pmdb fit comms-context`)")
-    frame = frame[~in_sample]
+    self_priced = frame["self_priced"].astype(bool) & ~in_sample
+    if self_priced.any():
+        count = int(self_priced.sum())
+        out.warnings.append(f"{count} run{'s' if count > 1 else ''} left out: most of the work kept the traced "
+                            f"time of the trace predicted (replay, not a model)")
+    frame = frame[~(in_sample | self_priced)]
     local = frame[frame["truth"] != "imported"].copy()
     several = local["platform"].nunique() > 1
+    out.host = host_line(store, sorted(local["platform"].unique()))
     for _, row in local.iterrows():
         out.runs.append(RunRow(_label(row, several), row["measured_us"] / 1e3, _optional(row["spread"]),
                                row["predicted_us"] / 1e3, float(row["rel_error"]),
@@ -173,7 +197,7 @@ def render(summary: Summary, report: str, title: str = "the latest model-mode pr
     if not summary.runs:
         head = [title, "no workload run measured here has a model-mode prediction yet"]
         return _fit(head + whatif + tail, tail[-1], width, height)
-    head = [title, f"{'run':{LABEL}} {'meas ms':>8} {'spread':>6} {'pred ms':>8} {'error':>7} {'baseline':>8}"]
+    head = [title] + ([summary.host] if summary.host else []) + [f"{'run':{LABEL}} {'meas ms':>8} {'spread':>6} {'pred ms':>8} {'error':>7} {'baseline':>8}"]
     rows = [f"{r.label[:LABEL]:{LABEL}} {_ms(r.measured_ms):>8} "
             f"{'-' if r.spread is None else f'{100 * r.spread:.0f}%':>6} {_ms(r.predicted_ms):>8} "
             f"{_pct(r.error):>7} {_pct(r.baseline_error):>8}" for r in summary.runs]

@@ -14,6 +14,7 @@ lookups) are also timed in the 'loop' cache state, both passes in one training l
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -25,12 +26,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from collectors.ops import catalogue
+from collectors.ops import catalogue, memory_limit
 from collectors.ops.kernels import kernel_breakdown
 from collectors.ops.catalogue import BuildContext, Built, OpSpec, canonical, thin
 from collectors.ops.summary import SweepSummary
 from collectors.ops.timer import (LOOP, CacheFlusher, TimerSettings, Timing, measure, time_cpu_both, time_loop,
                                   timing_environment)
+from collectors.ops.cuda_timing import time_device
 from collectors.ops.writer import BatchWriter, sticky_interrupts
 from collectors.workloads.allocator import apply_in_process
 from pmdb import platform as platforms
@@ -230,6 +232,7 @@ def adopt_interrupted(store: Store, run_id: str, platform: str, options: SweepOp
     for measurement_id, source, key, cache in store.conn.execute(
             "SELECT measurement_id, run_id, config_key, cache_state FROM op_measurements "
             "WHERE platform = ? AND list_contains(?, run_id) AND skipped IS NULL AND median_us IS NOT NULL "
+            "AND device_timing IS DISTINCT FROM 'single_call' "  # not a kernel time (migration 0015)
             "ORDER BY measurement_id DESC", [platform, prior]).fetchall():
         if (key, cache) in wanted and (key, cache) not in chosen:
             chosen[(key, cache)] = (measurement_id, source)
@@ -261,20 +264,29 @@ class Sweep:
         if self.device.type == "cpu":
             apply_in_process()  # the glibc malloc settings the workloads' ranks run under (timed the same way)
         self.writer = BatchWriter(store, run.run_id, options.flush_every_s)
+        self._bound: memory_limit.Bound | None = None   # the memory cap of the config being measured (CPU)
+        if self.device.type == "cpu":
+            memory_limit.prepare()
         self.summary = SweepSummary(options.sweep, self.device.type, timing_environment(),
                                     options.settings.as_dict(), options.memory_cap)
         needs_cold = self.device.type == "cpu" and "cold" in CACHES[options.cache]
-        self.flusher = CacheFlusher(options.settings.flush_bytes) if needs_cold else None
+        llc_bytes = platforms.cache_sizes().get("llc_bytes")
+        self.flusher = CacheFlusher(options.settings.flush_bytes, llc_bytes) if needs_cold else None
 
     def _base_row(self, item: Item, pass_: str, cache: str, params: dict[str, Any]) -> dict[str, Any]:
         return {"platform": self.platform, "op": item.spec.name, "pass": pass_, "implementation": item.implementation,
                 "dtype": self.options.dtype, "device": str(self.device), "cache_state": cache, "params": params,
                 "config_key": item.keys[pass_], "threads": torch.get_num_threads()}
 
+    def _unbounded(self) -> contextlib.AbstractContextManager[None]:
+        """The memory bound of the config in progress lifted (rows go to the store outside the config's cap)."""
+        return self._bound.paused() if self._bound is not None else contextlib.nullcontext()
+
     def _skip(self, item: Item, todo: list[tuple[str, str]], reason: str, kind: str) -> None:
         params = {k: v for k, v in item.config.items() if k not in ("sources", "optimizer")}
         for pass_, cache in todo:
-            self.writer.add({**self._base_row(item, pass_, cache, params), "skipped": reason[:500]})
+            with self._unbounded():
+                self.writer.add({**self._base_row(item, pass_, cache, params), "skipped": reason[:500]})
         self.summary.skipped(item.spec.name, kind, reason)
 
     def _measure(self, item: Item) -> None:
@@ -288,7 +300,10 @@ class Sweep:
         todo = list(item.todo)
         warmed: set[str] = set()
         built = twin = None
+        held = contextlib.ExitStack()
         try:
+            if self.device.type == "cpu":  # the cap held while the config is built and timed, not only estimated
+                self._bound = held.enter_context(memory_limit.bounded(self.options.memory_cap))
             built = item.spec.build(item.config, ctx)
             if self.flusher is not None and any(c == "cold" for _, c in todo) and \
                     need <= self.options.settings.rewarm_max_bytes:
@@ -301,37 +316,57 @@ class Sweep:
                 fn = built.fwd if pass_ == "fwd" else built.bwd
                 rewarm = None if twin is None else (twin.fwd if pass_ == "fwd" else twin.bwd)
                 warmup = 0 if pass_ in warmed else None
+                extra: dict[str, Any] = {}  # columns of this state's rows beyond the Timing's (cuda_timing)
+                if self.flusher is not None and (pass_, "cold") in todo:
+                    self.flusher.target(fn, built)  # what a cold repetition of this pass evicts
                 if cache == "warm" and (pass_, "cold") in todo and self.flusher is not None:
                     # both states of a pass: repetitions alternated (collectors.ops.timer.time_cpu_both)
                     timings = dict(zip(("warm", "cold"), time_cpu_both(fn, self.options.settings, self.flusher,
                                                                         warmup, rewarm)))
+                elif cache == "device":  # CUDA: the kernels' device time, with single-call and back-to-back beside
+                    timed = time_device(fn, self.options.settings, self.device, warmup)
+                    timings, extra = {cache: timed.kernels}, timed.columns()
                 else:
                     timings = {cache: measure(fn, cache, self.options.settings, self.device, self.flusher, warmup,
                                               rewarm)}
                 warmed.add(pass_)
                 for cache, timing in timings.items():
                     kernels = kernel_breakdown(fn, self.device) if self.options.kernels else None
-                    self._write(item, pass_, cache, built, timing, kernels, built.stats)
+                    self._write(item, pass_, cache, built, timing, kernels, built.stats, extra)
                     todo.remove((pass_, cache))
         except StoreWriteError:
             raise  # a batch that cannot be written fails the run: never a skipped config with rows missing
         except Exception as exc:  # noqa: BLE001 - one bad config must not end a long sweep; it is recorded
             kind = "oom" if _is_oom(exc) else "error"
-            self._skip(item, todo, f"{'out of memory' if kind == 'oom' else 'error'}: "
-                                   f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}",
-                       kind)
+            capped = self._bound is not None and memory_limit.binding(self.options.memory_cap)
+            held.close()   # the config's tensors are unreachable now: its rows are written unbounded
+            self._bound = None
+            if kind == "oom" and capped:
+                self._skip(item, todo, f"memory cap: used more than the cap {self.options.memory_cap / 2**20:.0f} "
+                                       f"MiB (measured; estimated ~{need / 2**20:.0f} MiB)", "memory_cap")
+            else:
+                self._skip(item, todo, f"{'out of memory' if kind == 'oom' else 'error'}: "
+                                       f"{type(exc).__name__}: "
+                                       f"{str(exc).strip().splitlines()[0] if str(exc) else ''}", kind)
         finally:
             for done in (built, twin):
                 if done is not None and done.release is not None:
                     done.release()
             built = twin = done = None  # noqa: F841 - free the tensors before the next config
+            held.close()
+            self._bound = None
 
     def _write(self, item: Item, pass_: str, cache: str, built: Built, timing: Timing,
-               kernels: list[dict[str, Any]] | None = None, stats: list[dict[str, Any]] | None = None) -> None:
-        """Queue one measured row (and the config's embedding statistics, when given) and count it."""
-        self.writer.add({**self._base_row(item, pass_, cache, built.params), "median_us": timing.median_us,
-                         "mean_us": timing.mean_us, "std_us": timing.std_us, "min_us": timing.min_us,
-                         "repetitions": timing.repetitions, "warmup": timing.warmup, "kernels": kernels}, stats)
+               kernels: list[dict[str, Any]] | None = None, stats: list[dict[str, Any]] | None = None,
+               extra: dict[str, Any] | None = None) -> None:
+        """Queue one measured row (and the config's embedding statistics, when given) and count it; ``extra``:
+        more columns of the row (a CUDA row's device_timing, single_call_us, back_to_back_us)."""
+        with self._unbounded():
+            self.writer.add({**self._base_row(item, pass_, cache, built.params), "median_us": timing.median_us,
+                             "mean_us": timing.mean_us, "std_us": timing.std_us, "min_us": timing.min_us,
+                             "repetitions": timing.repetitions, "warmup": timing.warmup, "kernels": kernels,
+                             "flushed": self.flusher.flushed if cache == "cold" and self.flusher is not None else None,
+                             **(extra or {})}, stats)
         self.summary.measured(item.spec.name, item.implementation, pass_, cache, timing)
 
     def _measure_loop(self, item: Item, built: Built, todo: list[tuple[str, str]]) -> None:

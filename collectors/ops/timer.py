@@ -2,8 +2,9 @@
 
 CPU: a monotonic clock (``perf_counter_ns``) around each call, after untimed warm-up calls, repeated until a
 minimum measured time and repetition count are reached. *warm* repeats back to back (caches hold the operands);
-*cold* streams a buffer larger than the last-level cache before every repetition, so each call finds its operands
-in memory, as inside a training step; the code the op runs stays warm as it does inside a step (the dispatch path is
+*cold* evicts the op's own operands from every cache level before every repetition (the CPU's cache-line flush,
+:mod:`collectors.ops.cache_evict`; where that cannot be built, a stream of twice the last-level cache), so each call
+finds its operands in memory, as inside a training step, on a 32 MiB or a 480 MiB last-level cache alike; the code the op runs stays warm as it does inside a step (the dispatch path is
 re-warmed, see CacheFlusher, and the sweep re-runs the same op on a twin's operands: ``rewarm``). On a CPU a repetition's time
 includes releasing what the op returned: with glibc's mmap on (a user's MALLOC_MMAP_MAX_; pmdb's allocator settings
 turn it off) a buffer above the 32 MiB mmap threshold is page-faulted in by the op and unmapped when freed,
@@ -26,8 +27,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from collectors.ops import cache_evict
+
 LOOP = "loop"  # the cache state of time_loop's timings
-DEFAULT_FLUSH_BYTES = 64 * 2 ** 20  # > the 32 MiB LLC here; environment.md: ~64 MB made cold timings match in-context
+DEFAULT_FLUSH_BYTES = 64 * 2 ** 20  # the least a fallback stream moves (> a 32 MiB LLC; see CacheFlusher)
 
 
 @dataclass(frozen=True)
@@ -126,19 +129,48 @@ class Timing:
 class CacheFlusher:
     """Evicts an op's operands from the caches while keeping the framework's own code path warm.
 
-    ``flush`` streams ``nbytes`` through the caches (an in-place add reads and writes every line; numpy runs it on
-    one thread, so it does not wait on torch's thread pool), then runs a few tiny autograd ops on 4-element tensors.
-    The stream alone also evicts the dispatcher's code and metadata, which stay hot inside a training step: measured
-    here, a 4 µs relu then took ~120 µs "cold", but ~10 µs after the tiny ops, while large ops were unchanged.
+    :meth:`target` names what the timed callable holds; ``flush`` then writes back and drops every cache line of
+    those operands from L1, L2 and the last-level cache (:mod:`collectors.ops.cache_evict`), at a cost in proportion
+    to the operands whatever the host's caches. Where the eviction helper cannot be built, or nothing was targeted,
+    it streams ``max(nbytes, 2 x llc_bytes)`` through the caches instead (an in-place add reads and writes every
+    line; numpy runs it on one thread, so it does not wait on torch's thread pool): enough to push out what was
+    there on any LLC, at ~60 ms per repetition on a 480 MiB one. Either way it then runs a few tiny autograd ops on
+    4-element tensors: a stream also evicts the dispatcher's code and metadata, which stay hot inside a training
+    step (measured on the 32 MiB host: a 4 µs relu then took ~120 µs "cold", but ~10 µs after the tiny ops, while
+    large ops were unchanged). :attr:`flushed` says what the last flush did, for the measurement row.
     """
 
-    def __init__(self, nbytes: int = DEFAULT_FLUSH_BYTES):
-        self.buffer = np.ones(max(1, nbytes // 4), dtype=np.float32)
+    def __init__(self, nbytes: int = DEFAULT_FLUSH_BYTES, llc_bytes: int | None = None, evict: bool = True):
+        self.evictor = cache_evict.load() if evict else None
+        self.stream_bytes = max(int(nbytes), 2 * int(llc_bytes or 0))
+        self.buffer: np.ndarray | None = None
+        self._ranges: list[tuple[int, int]] | None = None
         self._vec = torch.ones(4, requires_grad=True)
         self._mat = torch.ones(4, 4, requires_grad=True)
 
+    def target(self, *roots: Any) -> None:
+        """Evict what ``roots`` hold (the timed callable, its built config) at every flush from now on."""
+        self._ranges = cache_evict.operand_ranges(*roots) if self.evictor is not None else None
+
+    @property
+    def evicting(self) -> bool:
+        """Whether a flush evicts the targeted operands (else it streams)."""
+        return self.evictor is not None and bool(self._ranges)
+
+    @property
+    def flushed(self) -> str:
+        """What a flush does now: '<method>:<operand bytes>' (e.g. 'clflushopt:12582912') or 'stream:<bytes>'."""
+        if self.evicting:
+            return f"{self.evictor.method}:{sum(n for _, n in self._ranges)}"
+        return f"stream:{self.stream_bytes}"
+
     def flush(self) -> None:
-        np.add(self.buffer, 1.0, out=self.buffer)
+        if self.evicting:
+            self.evictor.evict(self._ranges)
+        else:
+            if self.buffer is None:
+                self.buffer = np.ones(max(1, self.stream_bytes // 4), dtype=np.float32)
+            np.add(self.buffer, 1.0, out=self.buffer)
         self._rewarm()
 
     def _rewarm(self) -> None:
@@ -206,7 +238,9 @@ def time_cpu_both(fn: Callable[[], Any], settings: TimerSettings, flusher: Cache
 
 
 def time_cuda(fn: Callable[[], Any], settings: TimerSettings, device: torch.device) -> Timing:
-    """Time ``fn`` on a CUDA device with events (the device time of the work it enqueues)."""
+    """Time ``fn`` on a CUDA device, one call between two events, synchronised after each: the single-call
+    latency, host launch path included for a small op (``collect ops`` stores the kernels' device time beside
+    it: :mod:`collectors.ops.cuda_timing`)."""
     with torch.cuda.device(device):
         for _ in range(settings.warmup):
             fn()
@@ -266,7 +300,12 @@ def timing_environment() -> dict[str, Any]:
             glibc = None
     allocator_env = {k: v for k, v in os.environ.items()
                      if k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD", "JE_", "MALLOC_CONF", "TCMALLOC"))}
-    return {"threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+    from pmdb.platform import cache_sizes
+
+    evictor = cache_evict.load()
+    return {"caches": {**cache_sizes(), "line_bytes": cache_evict.line_bytes()},
+            "cold_flush": evictor.method if evictor is not None else f"stream ({cache_evict.why_unavailable()})",
+            "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
             "glibc": glibc, "allocator_env": allocator_env,
             "allocator": "preloaded: " + os.environ["LD_PRELOAD"] if os.environ.get("LD_PRELOAD") else "glibc malloc",
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__}

@@ -5,7 +5,8 @@ With ``repeats`` > 1 the ground truth is measured in that many launches of fresh
 by ~10%, so the stored time is the median of the launches' medians. Nothing is written for a failed run except its
 failed ``collection_runs`` row: the workload row, the ground truth and the traces are stored only after every rank
 of every launch finished. Rank logs and raw traces live in ``artifacts/tmp/<run_id>``
-while the run lasts (kept when it fails, named in the error).
+while the run lasts; a failed run removes them (a rank that failed keeps its log, named in the error), and
+`pmdb doctor` reports (``--repair`` removes) what a killed run left there.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 from collectors.launch import RankFailed
 from collectors.workloads.allocator import allocator_env, allocator_record
 from collectors.workloads.dlrm_presets import DlrmConfig
+from collectors.workloads.ground_truth import summarise
 from collectors.workloads.runner import launch
 from collectors.workloads.store_rows import ensure_workload, write_ground_truth
 from collectors.workloads.transformer import TransformerConfig
@@ -26,6 +28,22 @@ from collectors.workloads.worker import WorkloadJob, run_rank
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Store
+
+
+# Launches stop early (after ``min_repeats``) once the launch medians lie within this share of their median: the
+# median of medians then cannot move by more than half of it, well inside the 5-10% the predictions are judged at.
+LAUNCH_TOLERANCE = 0.03
+
+
+def launches_agree(medians_us: list[float], tolerance: float) -> bool:
+    """Whether launch medians (µs) lie within ``tolerance`` x their median of each other ((max - min) / median)."""
+    middle = sorted(medians_us)[len(medians_us) // 2]
+    return middle > 0 and (max(medians_us) - min(medians_us)) / middle <= tolerance
+
+
+def _launch_median_us(results: list[dict[str, Any]]) -> float:
+    """One launch's median step (µs) as the ground truth computes it (the slowest rank per iteration)."""
+    return float(summarise([r["times_us"] for r in results])["measured_us"])
 
 
 @dataclass(frozen=True)
@@ -47,6 +65,8 @@ class WorkloadRequest:
     device: str = "cpu"
     timeout_s: float | None = None
     repeats: int = 1
+    min_repeats: int | None = None  # stop after this many launches once their medians agree (None: all repeats)
+    launch_tolerance: float = LAUNCH_TOLERANCE
 
     @property
     def name(self) -> str:
@@ -64,25 +84,54 @@ def collect_workload(store: Store, platform: str, request: WorkloadRequest, args
         job = WorkloadJob(request.family, request.config, request.batch_size, request.world_size, request.seed,
                           request.iters, request.warmup, request.threads, request.plan, request.trace_iters,
                           str(work), request.device)
-        launches = []
-        for k in range(request.repeats):
-            this = job if k == 0 else replace(job, trace_iters=0)
-            label = request.name if request.repeats == 1 else f"{request.name} {k + 1}/{request.repeats}"
-            try:
-                launches.append(launch(run_rank, request.world_size, this, start_env=env,
-                                       rank_env={"OMP_NUM_THREADS": str(request.threads)}, log_dir=work,
-                                       timeout_s=request.timeout_s, progress=(label, this.total_steps)))
-            except RankFailed as exc:
-                raise RankFailed(exc.rank, f"{exc.message} (rank logs: {work})", exc.details,
-                                 user_mistake=exc.user_mistake) from None
-        run.summary = _store(store, run.run_id, platform, request, launches,
-                             allocator_record(launches[0][0]["allocator_env"]))
+        try:
+            run.summary = _launch_and_store(store, run.run_id, platform, request, job, env, work)
+        except RankFailed:
+            _clean(work, keep_logs=True)   # the error names the rank logs: keep those, drop the traces
+            raise
+        except BaseException:
+            _clean(work, keep_logs=False)  # a full disk, Ctrl-C: nothing of the run's temporary files stays
+            raise
         shutil.rmtree(work, ignore_errors=True)
     return run.summary
 
 
+def _clean(work: Path, *, keep_logs: bool) -> None:
+    """Remove a failed run's temporary files (raw traces); with ``keep_logs`` its rank logs stay (``rank*.log``)."""
+    if not keep_logs:
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    for path in sorted(work.rglob("*"), reverse=True):
+        if path.is_file() and not (path.parent == work and path.name.startswith("rank") and path.suffix == ".log"):
+            path.unlink(missing_ok=True)
+        elif path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _launch_and_store(store: Store, run_id: str, platform: str, request: WorkloadRequest, job: WorkloadJob,
+                      env: dict[str, str], work: Path) -> dict[str, Any]:
+    """Every launch of the workload's ranks, then the stored rows; returns the run summary."""
+    launches = []
+    for k in range(request.repeats):
+        this = job if k == 0 else replace(job, trace_iters=0)
+        label = request.name if request.repeats == 1 else f"{request.name} {k + 1}/{request.repeats}"
+        try:
+            launches.append(launch(run_rank, request.world_size, this, start_env=env,
+                                   rank_env={"OMP_NUM_THREADS": str(request.threads)}, log_dir=work,
+                                   timeout_s=request.timeout_s, progress=(label, this.total_steps)))
+        except RankFailed as exc:
+            raise RankFailed(exc.rank, f"{exc.message} (rank logs: {work})", exc.details,
+                             user_mistake=exc.user_mistake) from None
+        if request.min_repeats is not None and k + 1 >= request.min_repeats and k + 1 < request.repeats and \
+                launches_agree([_launch_median_us(r) for r in launches], request.launch_tolerance):
+            break  # the spread is already small: more launches would not move the median of medians
+    return _store(store, run_id, platform, request, launches, allocator_record(launches[0][0]["allocator_env"]))
+
+
 def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest,
            launches: list[list[dict[str, Any]]], allocator: dict[str, Any]) -> dict[str, Any]:
+    """Write the workload row, every rank's ground truth (``launches``: the ranks' results per launch) and, with
+    traces, the trace set; returns the run summary."""
     results = launches[0]
     workload_id = ensure_workload(store, family=request.family, name=request.name,
                                   config=request.config.to_json(), batch_size=request.batch_size,
@@ -106,3 +155,10 @@ def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest,
                                                    workload_id=workload_id, source="captured")
         summary["ingest_s"] = round(time.perf_counter() - started, 3)
     return summary
+
+
+def store_results(store: Store, run_id: str, platform: str, request: WorkloadRequest,
+                  launches: list[list[dict[str, Any]]], allocator: dict[str, Any]) -> dict[str, Any]:
+    """The rows of a run whose ranks ran elsewhere (a torchrun job, :mod:`collectors.workloads.torchrun`): the
+    workload row, every rank's ground truth and the trace set; returns the run summary."""
+    return _store(store, run_id, platform, request, launches, allocator)

@@ -73,24 +73,40 @@ def place_tables(config: DlrmConfig, world_size: int, batch_size: int, sharder: 
     return label, tuple(plan)
 
 
+INT32_MAX = 2**31 - 1   # counts and sizes are stored as INTEGER columns
+_COUNTS = ("batch_size", "seq_len", "iters", "warmup", "world_size", "trace_iters", "repeats", "min_repeats",
+           "layers", "hidden", "heads", "threads", "task", "seed")
+
+
+def check_counts(opts: dict[str, Any]) -> None:
+    """Refuse a count or size no store column can hold (more than INT32_MAX), before anything runs."""
+    for key in _COUNTS:
+        value = opts.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT32_MAX:
+            raise PmdbError(f"--{key.replace('_', '-')} {value} is too large (at most {INT32_MAX:,})")
+
+
 def _common(opts: dict[str, Any], world_size: int) -> dict[str, Any]:
-    for key in ("iters", "world_size", "repeats"):
+    for key in ("iters", "world_size", "repeats", "min_repeats"):
         if opts.get(key) is not None and opts[key] < 1:
             raise PmdbError(f"--{key.replace('_', '-')} must be >= 1")
     for key in ("warmup", "trace_iters"):
         if opts.get(key) is not None and opts[key] < 0:
             raise PmdbError(f"--{key.replace('_', '-')} must be >= 0")
+    if opts.get("min_repeats") is not None and opts["min_repeats"] > (opts.get("repeats") or 1):
+        raise PmdbError("--min-repeats must not exceed --repeats")
     if opts.get("threads") is not None and opts["threads"] < 1:
         raise PmdbError("--threads must be >= 1")
     trace_iters = 0 if opts.get("no_trace") else min(opts.get("trace_iters", 3), opts.get("iters", 30))
     return {"iters": opts.get("iters", 30), "warmup": opts.get("warmup", 5), "seed": opts.get("seed", 0),
             "threads": opts.get("threads") or default_threads(), "trace_iters": trace_iters,
-            "timeout_s": opts.get("timeout_s"), "device": device_for(world_size),
-            "repeats": opts.get("repeats") or 1}
+            "timeout_s": opts.get("timeout_s"), "device": device_for(opts.get("local_ranks") or world_size),
+            "repeats": opts.get("repeats") or 1, "min_repeats": opts.get("min_repeats")}
 
 
 def device_for(world_size: int) -> str:
-    """'cuda' (one GPU per rank, NCCL) when CUDA is available, else 'cpu' (gloo)."""
+    """'cuda' (one GPU per rank, NCCL) when CUDA is available, else 'cpu' (gloo). ``world_size``: the ranks on
+    this host (a torchrun job's LOCAL_WORLD_SIZE, set as opts['local_ranks'])."""
     import torch
 
     if not torch.cuda.is_available():
@@ -125,6 +141,7 @@ def _refuse(opts: dict[str, Any], names: tuple[str, ...], family: str) -> None:
 def dlrm_request(store: Store, opts: dict[str, Any]) -> WorkloadRequest:
     """DLRM: ``--preset`` | ``--config FILE`` | ``--task ID`` (+ batch size, world size, sharder or sharding file,
     index source, embedding implementation)."""
+    check_counts(opts)
     _refuse(opts, ("arch", "layers", "hidden", "heads", "seq_len", "head", "graph_only", "optimizer"), "dlrm")
     chosen = [n for n in ("preset", "config", "task") if opts.get(n) is not None]
     if len(chosen) > 1:
@@ -154,6 +171,7 @@ def dlrm_request(store: Store, opts: dict[str, Any]) -> WorkloadRequest:
 def transformer_request(opts: dict[str, Any]) -> WorkloadRequest:
     """Transformer: ``--arch`` (+ --layers/--hidden/--heads/--seq-len/--head, ``--config FILE`` of config-class
     arguments)."""
+    check_counts(opts)
     _refuse(opts, ("preset", "task", "sharder", "sharding", "index_source", "embedding"), "transformer")
     if opts.get("optimizer") is not None:
         raise PmdbError("--optimizer goes with --graph-only (a measured transformer run always steps AdamW)")
@@ -180,13 +198,15 @@ def transformer_request(opts: dict[str, Any]) -> WorkloadRequest:
 
 # what a shape-only capture does not take: it runs nothing (no timing, no ranks, no values)
 GRAPH_REFUSED = ("preset", "task", "sharder", "sharding", "index_source", "embedding", "mlp_preset", "iters", "warmup",
-                 "threads", "seed", "no_trace", "trace_iters", "layers", "hidden", "heads", "timeout_s", "repeats")
+                 "threads", "seed", "no_trace", "trace_iters", "layers", "hidden", "heads", "timeout_s", "repeats",
+                 "min_repeats", "exchange_dir")
 
 
 def graph_request(opts: dict[str, Any], given: set[str] | frozenset[str] = frozenset()) -> "GraphRequest":
     """Transformer ``--graph-only``: the model config (``--config FILE``, a transformers config JSON with its
     ``model_type``, and/or ``--arch``), ``--batch-size`` (default 8), ``--seq-len`` (default 64), ``--head``,
     ``--optimizer``. ``given``: the options set on the command line (their defaults are not refused)."""
+    check_counts(opts)
     from collectors.workloads.graph_only import HEADS as GRAPH_HEADS, OPTIMIZERS, GraphRequest, build_config, \
         check_sizes, load_model_config, resolve_head
 

@@ -30,6 +30,9 @@ def workload(
     warmup: int = typer.Option(5, help="Untimed warm-up iterations before them."),
     repeats: int = typer.Option(1, help="Measure the ground truth in this many launches of fresh rank processes "
                                         "(the first also traces); the stored time is the median of their medians."),
+    min_repeats: Optional[int] = typer.Option(None, "--min-repeats", help="With --repeats N: stop after this many "
+                                              "launches once their medians lie within 3% of each other (the "
+                                              "spread is already small); default: all N."),
     threads: Optional[int] = typer.Option(None, help="Intra-op threads per rank (default 1, like the kernel "
                                                   "microbenchmarks: a rank's CPU device is one core)."),
     platform: Optional[str] = PlatformOption,
@@ -48,6 +51,9 @@ def workload(
     mlp_preset: Optional[str] = typer.Option(None, "--mlp-preset", help="With --task: the preset whose MLPs to use "
                                                                         "(default dlrm_test)."),
     timeout: Optional[float] = typer.Option(None, help="Fail the run if the ranks take longer (seconds)."),
+    exchange_dir: Optional[Path] = typer.Option(None, "--exchange-dir", help="Under torchrun: a directory every "
+                                                "node shares; the ranks hand their trace files to rank 0 (which "
+                                                "stores the run) through it."),
     graph_only: bool = typer.Option(False, "--graph-only", help="Transformer: record the training step's op graph "
                                     "with shapes on the meta device (no weights, no timing; seconds even for "
                                     "billions of parameters) as an ET-only trace set, following the GPU e2e "
@@ -68,6 +74,15 @@ def workload(
     if graph_only and family == "transformer":
         _graph_only(ctx, opts, platform)
         return
+    from collectors.comms.config import torchrun_env
+
+    env = torchrun_env()
+    if env is not None:
+        _joined(ctx, family, opts, platform, env)
+        return
+    if exchange_dir is not None:
+        raise PmdbError("--exchange-dir is for a torchrun job (RANK, WORLD_SIZE, MASTER_ADDR set): without one "
+                        "the ranks run on this host and hand their traces over themselves")
     with open_store(ctx) as store:
         if family == "dlrm":
             request = dlrm_request(store, opts)
@@ -89,6 +104,43 @@ def workload(
                      ("launch_spread", f"{summary['launch_spread']:.4f}")]
     rows += [(f"{rank} {kind} bytes", size) for rank, kinds in summary.get("trace_bytes", {}).items()
              for kind, size in kinds.items()]
+    render(pd.DataFrame([(k, str(v)) for k, v in rows], columns=["field", "value"]))
+
+
+def _joined(ctx: typer.Context, family: str, opts: dict, platform: Optional[str], env) -> None:
+    """Inside a torchrun job: rank 0 stores the run, the others measure and hand over
+    (collectors.workloads.torchrun)."""
+    from collectors.workloads import torchrun
+    from collectors.workloads.requests import dlrm_request, transformer_request
+    from pmdb import platform as platforms
+
+    if env.rank != 0:
+        torchrun.follow(env, opts.get("timeout_s"))
+        typer.echo(f"rank {env.rank}: measured and recorded (rank 0 stores the run)")
+        return
+    opts = {**opts, "world_size": opts.get("world_size") or env.world_size, "local_ranks": env.local_world_size}
+    exchange = opts.pop("exchange_dir", None)
+    started = False
+    try:
+        with open_store(ctx) as store:
+            if family not in ("dlrm", "transformer"):
+                raise PmdbError(f"unknown workload family {family!r}: use dlrm or transformer")
+            request = dlrm_request(store, opts) if family == "dlrm" else transformer_request(opts)
+            name = platforms.resolve(store, platform)
+            torchrun.check_request(request, env, exchange)
+            args = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}
+            typer.echo(f"{request.family} {request.name}: batch {request.batch_size}, {env.world_size} ranks of a "
+                       f"torchrun job x {request.threads} thread(s), {request.warmup}+{request.iters} iterations; "
+                       f"rank 0 stores the run", err=True)
+            started = True
+            summary = torchrun.collect_joined(store, name, request, args, env, exchange)
+    except PmdbError as exc:
+        if not started:   # the other ranks wait for their job: tell them
+            torchrun.refuse(env, str(exc))
+        raise
+    rows = [("workload_id", summary["workload_id"]), ("measured_us", f"{summary['measured_us']:.1f}"),
+            ("spread", f"{summary['spread']:.4f}"), ("ranks", str(env.world_size)), ("launcher", "torchrun"),
+            ("trace_set_id", summary.get("trace_set_id", "none (--no-trace)"))]
     render(pd.DataFrame([(k, str(v)) for k, v in rows], columns=["field", "value"]))
 
 

@@ -25,17 +25,23 @@ class Step:
     args: tuple[str, ...]  # the pmdb command line of the step
     what: str           # one-line description shown while it runs
     more: Callable[[Store], tuple[str, ...]] | None = None  # arguments only known when it runs (from the store)
+    settled: Callable[[Store], str | None] | None = None  # why the step is not needed (the store says), or None
 
 
-# Ground truth in 5 launches of fresh processes (median of their medians): back to back, one configuration's
-# launch medians spread 5-11% at world size 1 and ~20% at world size 2 on this 2-core host.
+# Ground truth in 3-5 launches of fresh processes (median of their medians): back to back, one configuration's
+# launch medians spread 5-11% at world size 1 and ~20% at world size 2 on the AMD host; after 3 launches whose
+# medians lie within 3% of each other the rest are not run (collectors.workloads.collect.LAUNCH_TOLERANCE).
 TRUTH_REPEATS = "5"
+TRUTH_MIN_REPEATS = "3"
 _TRANSFORMER = ("--layers", "2", "--hidden", "64", "--heads", "4", "--seq-len", "64", "--batch-size", "8",
-                "--iters", "20", "--warmup", "5", "--repeats", TRUTH_REPEATS)
+                "--iters", "20", "--warmup", "5", "--repeats", TRUTH_REPEATS,
+                "--min-repeats", TRUTH_MIN_REPEATS)
 # world-size-2 steps spread 70-145% over iterations on a 2-core host: a median of 20 moves by ~10%, of 100 by ~5%
-_DLRM = ("--preset", "dlrm_mixed", "--iters", "100", "--warmup", "10", "--repeats", TRUTH_REPEATS)
-# the traced shapes measured in this many processes (the prices are medians over them): between two processes the
-# cold time of one shape moves by ~20% (median over shapes) and a whole round of embedding lookups by up to 27%
+_DLRM = ("--preset", "dlrm_mixed", "--iters", "100", "--warmup", "10", "--repeats", TRUTH_REPEATS,
+         "--min-repeats", TRUTH_MIN_REPEATS)
+# the traced shapes measured in up to this many processes (the prices are medians over them): between two processes
+# the cold time of one shape moved by ~20% (median over shapes) and a whole round of embedding lookups by up to 27%
+# on the AMD host; rounds after the third run only while the rounds disagree (collectors.ops.shape_rounds)
 SHAPE_ROUNDS = 5
 CALIBRATION_SEEDS = (1, 2, 3)   # world-size-2 DLRM runs (random sharding) that only train the in-context term
 CALIBRATION_TRACE_ITERS = "5"
@@ -109,7 +115,8 @@ def steps(report_dir: str) -> list[Step]:
         Step("ops-from-traces", ("collect", "ops", "--from-traces"),
              "kernel microbenchmarks of the op shapes the recorded workloads contain (shapes only, no timings)"),
         *[Step(f"ops-from-traces-{k}", ("collect", "ops", "--from-traces", "--force"),
-               f"the same shapes measured again in a fresh process ({k} of {SHAPE_ROUNDS}: prices are medians)")
+               f"the same shapes measured again in a fresh process ({k} of {SHAPE_ROUNDS}: prices are medians)",
+               settled=_shape_rounds_settled if k > 3 else None)
           for k in range(2, SHAPE_ROUNDS + 1)],
         Step("fit", ("fit", "--all", "--budget-minutes", "3", "--summary"),
              "fit kernel and collective models (MLflow registry)"),
@@ -122,6 +129,12 @@ def steps(report_dir: str) -> list[Step]:
         Step("report", ("report", "-o", report_dir), "report: figures and an HTML page"),
     ]
     return plan
+
+
+def _shape_rounds_settled(store: Store) -> str | None:
+    from collectors.ops.shape_rounds import rounds_settled
+
+    return rounds_settled(store)
 
 
 def _done(home, name: str) -> bool:
@@ -171,6 +184,13 @@ def quickstart(ctx: typer.Context,
         if not again and step.name not in ("errors", "report") and _done(ws, step.name):
             typer.echo(f"{header}: done before, reused")
             continue
+        if step.settled is not None:
+            with Store.open(ws, read_only=True) as store:
+                reason = step.settled(store)
+            if reason:
+                typer.echo(f"{header}: not needed, {reason}")
+                _mark_done(ws, step.name, 0.0)
+                continue
         args = step.args
         if step.more is not None:
             with Store.open(ws, read_only=True) as store:

@@ -135,3 +135,24 @@ def test_repeats_below_one_is_refused_before_a_run(store, local_platform, tiny_d
 
     with pytest.raises(PmdbError, match="--repeats must be >= 1"):
         dlrm_request(store, {"config": tiny_dlrm, "repeats": 0})
+
+
+def test_launches_stop_once_their_medians_agree(store, local_platform, tiny_dlrm):
+    """With --min-repeats the launches stop as soon as their medians agree (a tolerance no launches can miss stops
+    at the minimum; a zero tolerance runs every launch unless they are identical)."""
+    from dataclasses import replace
+
+    from collectors.workloads.collect import launches_agree
+
+    assert launches_agree([100.0, 102.0, 101.0], 0.03) and not launches_agree([100.0, 104.0, 101.0], 0.03)
+    request = dlrm_request(store, {"timeout_s": 180, "threads": 1, "config": tiny_dlrm, "iters": 2, "warmup": 1,
+                                   "repeats": 3, "min_repeats": 2, "trace_iters": 0, "no_trace": True})
+    stopped = collect_workload(store, local_platform, replace(request, launch_tolerance=10.0), {})
+    assert len(stopped["launch_medians_us"]) == 2
+    every = collect_workload(store, local_platform, replace(request, launch_tolerance=0.0), {})
+    medians = every["launch_medians_us"]
+    assert len(medians) == 3 or launches_agree(medians[:2], 0.0)
+    from pmdb.errors import PmdbError
+
+    with pytest.raises(PmdbError, match="--min-repeats must not exceed --repeats"):
+        dlrm_request(store, {"config": tiny_dlrm, "repeats": 2, "min_repeats": 3})

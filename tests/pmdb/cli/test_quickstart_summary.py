@@ -111,6 +111,11 @@ def test_summary_of_a_small_store(small_store):
     assert len(lines) <= 24 and max(map(len, lines)) <= 80
     text = "\n".join(lines)
     assert lines[0] == "== done"
+    # which host the local figures belong to, with the cache sizes detected at registration
+    local = small_store.query("SELECT cpu_model, details->>'$.llc_bytes' AS llc FROM platforms WHERE name = ?", [CPU])
+    assert summary.host is not None and lines[1] == summary.host[:80] and lines[1].startswith("host: ")
+    if local.at[0, "llc"] is not None:
+        assert f"LLC {int(local.at[0, 'llc']) / 2 ** 20:g} MiB" in summary.host
     assert "dlrm_test ws2 size_greedy" in text and "+30.0%" in text and "50%" in text
     model, base = families["transformer ws1"].model_gmae, families["transformer ws1"].baseline_gmae
     assert f"! transformer ws1: the baseline beats the model: geomean |e| {100 * base:.1f}% against " \

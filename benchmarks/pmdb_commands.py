@@ -1,0 +1,65 @@
+"""The benchmarks' one way to run a pmdb command in a workspace: printed, timed into a Markdown log, and a failure
+ends the benchmark naming the command (its last output beside it)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PMDB = [sys.executable, "-m", "pmdb"]
+ENV = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+
+
+@dataclass(frozen=True)
+class Commands:
+    """pmdb commands of one benchmark (``name`` heads its failure messages)."""
+
+    name: str
+    shown_chars: int = 110   # how much of a command line its timing row keeps
+
+    def _run(self, home: Path, args: tuple[str, ...], log: list[str]) -> subprocess.CompletedProcess:
+        shown = "pmdb " + " ".join(args)
+        print(f"$ {shown}", flush=True)
+        started = time.perf_counter()
+        done = subprocess.run([*PMDB, "--home", str(home), *args], capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, **ENV})
+        log.append(f"| `{shown[:self.shown_chars]}` | {time.perf_counter() - started:.1f} |")
+        if done.returncode != 0:
+            raise SystemExit(f"{self.name}: `{shown}` failed ({done.returncode}):\n{done.stdout[-2000:]}"
+                             f"{done.stderr[-2000:]}")
+        return done
+
+    def run(self, home: Path, *args: str, log: list[str]) -> str:
+        """Its output, stderr after stdout (notes and warnings included)."""
+        done = self._run(home, args, log)
+        return done.stdout + ("\n" + done.stderr if done.stderr else "")
+
+    def stdout(self, home: Path, *args: str, log: list[str]) -> str:
+        """Its standard output alone (what a table or JSON answer is printed on)."""
+        return self._run(home, args, log).stdout
+
+    def sql(self, home: Path, query: str, log: list[str]) -> list[dict]:
+        """The rows of one query (`pmdb sql --format json`)."""
+        return json.loads(self.stdout(home, "sql", query, "--format", "json", log=log) or "[]")
+
+
+def workspace_parser(doc: str, out: Path, fit_budget_minutes: float, fitted: str) -> "argparse.ArgumentParser":
+    """The options every from-an-empty-workspace benchmark takes: --shared, --workspace, --out and the time budget
+    of its `pmdb fit ... --all` (``fitted`` names what that fit is of, for the help)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data",
+                        help="the shared data folder (default ../shared/data beside the project)")
+    parser.add_argument("--workspace", type=Path, default=None,
+                        help="workspace to build (default: a new temporary one; must not exist)")
+    parser.add_argument("--out", type=Path, default=out, help="Markdown results file")
+    parser.add_argument("--fit-budget-minutes", type=float, default=fit_budget_minutes,
+                        help=f"time budget of `pmdb fit --all` of {fitted} (default {fit_budget_minutes:g})")
+    return parser
