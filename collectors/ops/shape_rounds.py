@@ -26,21 +26,23 @@ WITH rounds AS (
     SELECT config_key, pass, cache_state, count(*) AS rounds, (max(us) - min(us)) / median(us) AS spread
     FROM rounds GROUP BY config_key, pass, cache_state
 )
-SELECT min(rounds) AS rounds, median(spread) AS spread, count(*) AS shapes FROM shapes
+SELECT min(rounds) AS rounds, median(spread) AS spread, count(*) AS shapes, max(rounds) AS most FROM shapes
 """
 
 
 def round_spread(store: Store) -> tuple[int, float | None, int]:
     """(fewest rounds any traced shape has, median over shapes of their range of round medians, shapes)."""
-    row = store.conn.execute(_SPREAD).fetchone()
+    row = store.conn.execute(_SPREAD).fetchone()[:3]
     if row is None or not row[2]:
         return 0, None, 0
     return int(row[0]), (None if row[1] is None else float(row[1])), int(row[2])
 
 
 def rounds_settled(store: Store, tolerance: float = ROUND_TOLERANCE, min_rounds: int = MIN_ROUNDS) -> str | None:
-    """Why no further round is needed ('3 rounds of 212 shapes agree within 6.1% (median)'), or None."""
+    """Why no further round is needed ('212 traced shapes measured in at least 3 rounds agree within 6.1% (median
+    over shapes)'), or None."""
     rounds, spread, shapes = round_spread(store)
     if rounds < min_rounds or spread is None or spread > tolerance:
         return None
-    return f"{rounds} rounds of {shapes} traced shapes agree within {100 * spread:.1f}% (median over shapes)"
+    return (f"{shapes} traced shapes measured in at least {rounds} rounds agree within {100 * spread:.1f}% "
+            f"(median over shapes)")

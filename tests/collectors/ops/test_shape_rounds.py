@@ -28,7 +28,7 @@ def test_rounds_agree_only_when_most_shapes_do(store):
     assert spread == pytest.approx(4 / 102)
     assert rounds_settled(store) is None  # two rounds are not enough
     _round(store, name, {"a": 101.0, "b": 10.1, "c": 60.0})
-    assert rounds_settled(store).startswith("3 rounds of 3 traced shapes agree within 4.0%")
+    assert rounds_settled(store).startswith("3 traced shapes measured in at least 3 rounds agree within 4.0%")
     _round(store, name, {"a": 130.0, "b": 13.0, "c": 60.0})  # a round that moves most shapes
     rounds, spread, _ = round_spread(store)
     assert rounds == 4 and spread > ROUND_TOLERANCE and rounds_settled(store) is None
