@@ -35,6 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 # modules whose cases are bad input (a case about a full disk in them is a fault)
 BAD_INPUT_MODULES = ("test_bad_inputs", "test_sql_read_only", "test_one_line_errors")
+# what the campaign runs: the fault tests, and a user's own training loop walked through README "Bringing your own
+# trace" (conv1d, conv2d, attention, AdamW; issue #38 item 9: every op the recipe measures must be priceable)
+CAMPAIGN = ("tests/faults", "tests/simulator/test_own_loop_recipe.py")
+RECIPE_MODULES = ("test_own_loop_recipe",)
 
 
 @dataclass
@@ -49,6 +53,8 @@ class Case:
 
     @property
     def kind(self) -> str:
+        if self.module in RECIPE_MODULES:
+            return "recipe"
         return "bad input" if self.module in BAD_INPUT_MODULES and "full_disk" not in self.name else "fault"
 
 
@@ -59,8 +65,8 @@ def run_campaign(repeat: int) -> tuple[dict[str, Case], float]:
     for number in range(repeat):
         with tempfile.TemporaryDirectory() as tmp:
             report = Path(tmp) / "faults.xml"
-            print(f"campaign {number + 1}/{repeat}: pytest tests/faults", file=sys.stderr)
-            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults",
+            print(f"campaign {number + 1}/{repeat}: pytest {' '.join(CAMPAIGN)}", file=sys.stderr)
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CAMPAIGN,
                             f"--junitxml={report}", "-o", "junit_family=xunit1"], cwd=ROOT,
                            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"})
             if not report.exists():
@@ -108,15 +114,15 @@ def write_results(cases: dict[str, Case], wall_s: float, repeat: int, load: floa
     lines = ["# Fault campaign (`benchmarks/reliability.py`)", "",
              f"{datetime.now():%Y-%m-%d %H:%M}, {_cpu_model()}, {os.cpu_count()} cores, load average {load:.2f} at "
              f"start, "
-             f"{repeat} run(s) of `tests/faults` in {wall_s / 60:.1f} min.", ""]
+             f"{repeat} run(s) of `{' '.join(CAMPAIGN)}` in {wall_s / 60:.1f} min.", ""]
     ok = True
     summary = []
-    for kind in ("fault", "bad input"):
+    for kind in ("fault", "bad input", "recipe"):
         chosen = [c for c in cases.values() if c.kind == kind]
         ran = [c for c in chosen if any(o != "skipped" for o in c.outcomes)]
         clean = [c for c in ran if all(o in ("passed", "skipped") for o in c.outcomes)]
         ok &= len(clean) == len(ran)
-        verb = "survived" if kind == "fault" else "rejected cleanly"
+        verb = {"fault": "survived", "bad input": "rejected cleanly", "recipe": "priced every op"}[kind]
         summary.append(f"- {kind}s: {len(ran)} tried, {len(clean)} {verb}"
                        + (f", {len(chosen) - len(ran)} skipped (data absent)" if len(chosen) > len(ran) else ""))
     lost = sum(sum(c.properties.get("rows_lost", [])) for c in cases.values())
