@@ -28,6 +28,10 @@ from pmdb.errors import PmdbError
 BATCH_ROWS = 2000  # rows per write transaction: an interruption loses at most this batch
 
 
+RUN_ID_SHOWN = 12     # characters of a run id that `pmdb runs` and `pmdb status` show
+RUN_PREFIX_MIN = 6    # the shortest prefix a command takes for a run id
+
+
 class StoreWriteError(PmdbError):
     """Rows could not be written (disk full, I/O error): the run fails, rows committed before are kept."""
 
@@ -315,6 +319,19 @@ class Store:
             finally:
                 self.conn.unregister("_pmdb_chunk")
         return out
+
+    def resolve_run_id(self, text: str) -> str:
+        """The id of the run ``text`` names: itself when a run has that id, else the one run whose id starts with
+        it (at least :data:`RUN_PREFIX_MIN` characters; `pmdb runs` shows :data:`RUN_ID_SHOWN`); ``text`` unchanged
+        when none does (the caller says the run is unknown). A prefix of several runs is a one-line error."""
+        if len(text) < RUN_PREFIX_MIN or self.scalar("SELECT count(*) FROM collection_runs WHERE run_id = ?", [text]):
+            return text
+        found = [row[0] for row in self.conn.execute(
+            "SELECT run_id FROM collection_runs WHERE starts_with(run_id, ?) ORDER BY run_id LIMIT 2", [text]).fetchall()]
+        if len(found) > 1:
+            raise PmdbError(f"run id {text!r} is the start of several runs ({found[0]}, {found[1]}, ...): give more "
+                            f"of it (`pmdb runs --format csv` lists whole ids)")
+        return found[0] if found else text
 
     def insert_one(self, table: str, row: Mapping[str, Any], *, returning: str | None = None) -> Any:
         """Insert one row; returns the ``returning`` column's value."""

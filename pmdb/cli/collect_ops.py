@@ -86,7 +86,7 @@ def ops(ctx: typer.Context,
                                          "of the platform; only shapes are used, never the traced times). "
                                          "Embedding tables come from the workload's stored statistics."),
         from_run: Optional[str] = typer.Option(None, "--from-run", help="Only the trace sets this run stored "
-                                               "(implies --from-traces)."),
+                                               "(its id or first 6+ characters; implies --from-traces)."),
         from_trace_set: Optional[int] = typer.Option(None, "--from-trace-set", help="Only this trace set, of any "
                                                      "platform or source (implies --from-traces)."),
         list_: bool = typer.Option(False, "--list", help="List the ops and their sweep sizes, then exit."),
@@ -113,6 +113,8 @@ def ops(ctx: typer.Context,
         optimizer=optimizer, lr=lr, configs=_configs(config), targets=[] if from_traces else None)
     selection = TraceSelection(from_run, from_trace_set) if from_traces else None
     with open_store(ctx) as store:
+        if selection is not None and from_run is not None:
+            selection = TraceSelection(store.resolve_run_id(from_run), from_trace_set)
         _check(store, platform, new_platform, selection)
         if threads is None and from_trace_set is not None:  # measure as the trace ran (pmdb.traces.recorded)
             ran = recorded_threads(store, from_trace_set)

@@ -61,6 +61,14 @@ def open_store(ctx: typer.Context, *, read_only: bool = False, create: bool = Fa
     return Store.open(workspace(ctx), read_only=read_only, create=create)
 
 
+def full_run_id(ctx: typer.Context, text: Optional[str]) -> Optional[str]:
+    """A run id as given, or the whole id of the one run it is the start of (`pmdb runs` shows the first 12)."""
+    if text is None:
+        return None
+    with open_store(ctx, read_only=True) as store:
+        return store.resolve_run_id(text)
+
+
 def limit_option(default: int, help: str) -> int:
     """A ``--limit N`` option (validate it with ``row_limit``)."""
     return typer.Option(default, "--limit", metavar="N", help=help)

@@ -36,14 +36,15 @@ def _echo_wrapped(text: str) -> None:
 def export(ctx: typer.Context,
            directory: Path = typer.Argument(..., help="New directory to write (must not exist, or be empty)."),
            platform: List[str] = typer.Option([], "--platform", help="Only runs on this platform (repeatable)."),
-           run: List[str] = typer.Option([], "--run", help="Only this run id (repeatable; see `pmdb runs`)."),
+           run: List[str] = typer.Option([], "--run", help="Only this run id, or its first 6+ characters "
+                                                         "(repeatable; see `pmdb runs`)."),
            ) -> None:
     """Write completed runs, every row they need and their trace files as Parquet files with a manifest.json
     (schema version, runs, sha256 per file). MLflow model versions are not exported."""
     from pmdb.exchange import export as export_runs
 
     with open_store(ctx, read_only=True) as store:
-        done = export_runs(store, directory, platforms=platform, runs=run)
+        done = export_runs(store, directory, platforms=platform, runs=[store.resolve_run_id(r) for r in run])
     extra = f" (+{len(done.dependencies)} they depend on)" if done.dependencies else ""
     _echo_wrapped(f"exported {len(done.runs)} runs{extra} on {', '.join(done.platforms)} to {done.directory}")
     _echo_items("rows:", _counts(done.rows), f"; {done.trace_files} trace files, {done.bytes / 1e6:.1f} MB")

@@ -10,7 +10,7 @@ import pandas as pd
 import typer
 
 from pmdb import platform as platforms
-from pmdb.cli.common import limit_option, open_store, render, row_limit
+from pmdb.cli.common import full_run_id, limit_option, open_store, render, row_limit
 from pmdb.cli.text_table import terminal_width
 from pmdb.errors import PmdbError
 from pmdb.notes import say, wrapped
@@ -73,8 +73,9 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
 
 
 def predict(ctx: typer.Context,
-            run_id: Optional[str] = typer.Argument(None, help="Workload run id: predict its captured trace set and "
-                                                              "compare with its measured time."),
+            run_id: Optional[str] = typer.Argument(None, help="Workload run id (or its first 6+ characters, as "
+                                                              "`pmdb runs` shows them): predict its captured trace "
+                                                              "set and compare with its measured time."),
             trace_set: Optional[int] = typer.Option(None, "--trace-set", help="Predict this trace set id instead."),
             all_: bool = typer.Option(False, "--all", help="Predict every stored workload run of the platform, and "
                                                            "every imported trace set (on its own platform, or "
@@ -170,6 +171,7 @@ def predict(ctx: typer.Context,
 
     if sum(x is not None and x is not False for x in (run_id, trace_set, all_ or None)) != 1:
         raise PmdbError("give exactly one of: a workload RUN_ID, --trace-set ID, --all")
+    run_id = full_run_id(ctx, run_id)   # the 12 characters `pmdb runs` shows will do
     if export_trace is not None:
         if all_:
             raise PmdbError("--export-trace writes one prediction: give a RUN_ID or --trace-set, not --all")

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from pmdb.cli.text_table import cut, is_empty
-from pmdb.store import Store
+from pmdb.store import RUN_ID_SHOWN, Store
 
 MARKER_KIND = "quickstart"  # one short run per quickstart step, recording that the step completed
 STATUSES = ("running", "completed", "failed", "interrupted")
@@ -116,7 +116,7 @@ def hidden_markers(store: Store, status: Optional[str] = None) -> int:
 
 def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
     """The table view: duration as 'took', no timestamps (csv and json keep them)."""
-    shown = frame.assign(took=frame["duration_s"].map(took))
+    shown = frame.assign(took=frame["duration_s"].map(took), run_id=frame["run_id"].str[:RUN_ID_SHOWN])
     return shown[list(TABLE_COLUMNS)]
 
 
