@@ -6,7 +6,7 @@ predicted and traced µs) and summed per op name over one iteration: predicted a
 The iteration itself is split the same way: the unprofiled ground truth, the profiled (traced) iteration, the
 prediction, and the op sums, so that what is left is the host's gaps between ops (T1). Run it on workspaces of each
 host (`make demo`'s `pmdb-workspace`) to see which ops move between hosts, and by how much. Diagnosis only: nothing
-here is fitted on, and no prediction rule is chosen by it.
+here is fitted on, and no prediction rule is chosen by it. Each export stores one more prediction in the workspace.
 
     .venv/bin/python benchmarks/host_op_diagnosis.py pmdb-workspace [--out FILE.md] [--top 12]
 """
@@ -25,8 +25,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PMDB = [sys.executable, "-m", "pmdb"]
-ENV = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from pmdb_commands import Commands  # noqa: E402
+
+COMMANDS = Commands("host_op_diagnosis")
 
 RUNS = """
 SELECT t.trace_set_id, w.name AS workload, w.batch_size, r.measured_us, r.platform,
@@ -40,20 +43,12 @@ ORDER BY w.family, w.name
 """
 
 
-def pmdb(home: Path, *args: str) -> str:
-    done = subprocess.run([*PMDB, "--home", str(home), *args], capture_output=True, text=True, env=ENV, cwd=ROOT)
-    if done.returncode != 0:
-        raise SystemExit(f"pmdb {' '.join(args)} failed: {(done.stderr or done.stdout).strip()[-400:]}")
-    return done.stdout
+def runs(home: Path, log: list[str]) -> list[dict]:
+    return COMMANDS.sql(home, RUNS, log)
 
 
-def runs(home: Path) -> list[dict]:
-    out = pmdb(home, "sql", "--format", "json", RUNS)
-    return json.loads(out)
-
-
-def timeline(home: Path, trace_set: int, path: Path) -> dict:
-    pmdb(home, "predict", "--trace-set", str(trace_set), "--export-trace", str(path))
+def timeline(home: Path, trace_set: int, path: Path, log: list[str]) -> dict:
+    COMMANDS.run(home, "predict", "--trace-set", str(trace_set), "--export-trace", str(path), log=log)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as handle:
         return json.load(handle)
@@ -95,10 +90,11 @@ def main() -> None:
     home = opts.workspace.resolve()
     lines = [f"# Per-op diagnosis of CPU predictions — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
              f"Host: {host()}; load average {os.getloadavg()[0]:.2f} at start; workspace `{opts.workspace}`.", ""]
+    log: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for run in runs(home):
+        for run in runs(home, log):
             ts = int(run["trace_set_id"])
-            trace = timeline(home, ts, Path(tmp) / f"ts{ts}.json")
+            trace = timeline(home, ts, Path(tmp) / f"ts{ts}.json", log)
             ops, meta = per_op(trace)
             iters = max(1, int(meta.get("iterations_predicted") or 1))
             pred_ops = sum(v[0] for v in ops.values()) / iters

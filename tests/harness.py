@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -49,3 +51,28 @@ def in_process(home: Path | str | None, *args: object) -> subprocess.CompletedPr
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
     return subprocess.CompletedProcess(["pmdb", *argv], code, out.getvalue(), err.getvalue())
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc): what a signal test checks is gone after its parent stopped."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

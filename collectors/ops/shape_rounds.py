@@ -26,16 +26,16 @@ WITH rounds AS (
     SELECT config_key, pass, cache_state, count(*) AS rounds, (max(us) - min(us)) / median(us) AS spread
     FROM rounds GROUP BY config_key, pass, cache_state
 )
-SELECT min(rounds) AS rounds, median(spread) AS spread, count(*) AS shapes, max(rounds) AS most FROM shapes
+SELECT min(rounds) AS rounds, median(spread) AS spread, count(*) AS shapes FROM shapes
 """
 
 
 def round_spread(store: Store) -> tuple[int, float | None, int]:
     """(fewest rounds any traced shape has, median over shapes of their range of round medians, shapes)."""
-    row = store.conn.execute(_SPREAD).fetchone()[:3]
-    if row is None or not row[2]:
+    rounds, spread, shapes = store.conn.execute(_SPREAD).fetchone()   # an aggregate: always one row
+    if not shapes:
         return 0, None, 0
-    return int(row[0]), (None if row[1] is None else float(row[1])), int(row[2])
+    return int(rounds), (None if spread is None else float(spread)), int(shapes)
 
 
 def rounds_settled(store: Store, tolerance: float = ROUND_TOLERANCE, min_rounds: int = MIN_ROUNDS) -> str | None:

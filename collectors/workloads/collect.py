@@ -20,7 +20,7 @@ from typing import Any
 from collectors.launch import RankFailed
 from collectors.workloads.allocator import allocator_env, allocator_record
 from collectors.workloads.dlrm_presets import DlrmConfig
-from collectors.workloads.ground_truth import summarise
+from collectors.workloads.ground_truth import launch_median_us
 from collectors.workloads.runner import launch
 from collectors.workloads.store_rows import ensure_workload, write_ground_truth
 from collectors.workloads.transformer import TransformerConfig
@@ -39,11 +39,6 @@ def launches_agree(medians_us: list[float], tolerance: float) -> bool:
     """Whether launch medians (µs) lie within ``tolerance`` x their median of each other ((max - min) / median)."""
     middle = sorted(medians_us)[len(medians_us) // 2]
     return middle > 0 and (max(medians_us) - min(medians_us)) / middle <= tolerance
-
-
-def _launch_median_us(results: list[dict[str, Any]]) -> float:
-    """One launch's median step (µs) as the ground truth computes it (the slowest rank per iteration)."""
-    return float(summarise([r["times_us"] for r in results])["measured_us"])
 
 
 @dataclass(frozen=True)
@@ -123,7 +118,7 @@ def _launch_and_store(store: Store, run_id: str, platform: str, request: Workloa
             raise RankFailed(exc.rank, f"{exc.message} (rank logs: {work})", exc.details,
                              user_mistake=exc.user_mistake) from None
         if request.min_repeats is not None and k + 1 >= request.min_repeats and k + 1 < request.repeats and \
-                launches_agree([_launch_median_us(r) for r in launches], request.launch_tolerance):
+                launches_agree([launch_median_us(r) for r in launches], request.launch_tolerance):
             break  # the spread is already small: more launches would not move the median of medians
     return _store(store, run_id, platform, request, launches, allocator_record(launches[0][0]["allocator_env"]))
 

@@ -37,6 +37,11 @@ def time_iterations(step: Callable[[int], None], warmup_ids: Sequence[int], time
     return times
 
 
+def launch_median_us(results: Sequence[dict]) -> float:
+    """One launch's ground truth (µs): the median step of its ranks' results (``times_us`` each), as :func:`summarise`."""
+    return float(summarise([r["times_us"] for r in results])["measured_us"])
+
+
 def summarise(per_rank: Sequence[Sequence[float]]) -> dict[str, float]:
     """``measured_us`` (median over iterations of the max over ranks), ``spread`` ((p90 - p10) / median), and the
     mean/min/max of the per-iteration max, from per-rank lists of µs."""

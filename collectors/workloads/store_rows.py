@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from collectors.workloads.ground_truth import summarise
+from collectors.workloads.ground_truth import launch_median_us, summarise
 from pmdb.store import Store
 
 
@@ -49,7 +49,7 @@ def write_ground_truth(store: Store, *, run_id: str, workload_id: int, platform:
     pooled = [[t for launch in launches for t in launch[rank]["times_us"]] for rank in range(len(results))]
     summary: dict[str, Any] = summarise(pooled)
     if repeats:
-        medians = [summarise([r["times_us"] for r in launch])["measured_us"] for launch in launches]
+        medians = [launch_median_us(launch) for launch in launches]
         summary["measured_us"] = float(np.median(medians))
         summary["launch_medians_us"] = [round(m, 1) for m in medians]
         summary["launch_spread"] = (max(medians) - min(medians)) / summary["measured_us"]

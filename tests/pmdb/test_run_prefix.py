@@ -28,7 +28,7 @@ def test_runs_shows_twelve_characters_and_export_takes_them(tmp_path):
     from pmdb.cli.main import main
     from pmdb.config import Workspace
     from pmdb.store import Store
-    from tests.harness import in_process
+    from harness import in_process
 
     home = Workspace(tmp_path / "ws")
     with Store.open(home, create=True) as store:

@@ -5,7 +5,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pmdb import platform as platforms
 from pmdb.config import Workspace
 from pmdb.store import Store
 
-from harness import in_process
+from harness import descendants, free_port, in_process
 
 PLATFORM = "cli-box"
 
@@ -91,29 +90,6 @@ def test_fit_models_and_promote(home):
     one_line_error(here(home, "models", "promote", name, "9"), r"has no version 9")
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _descendants(pid):
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -124,7 +100,7 @@ def _alive(pid):
 
 @pytest.mark.slow
 def test_ui_answers_on_localhost_and_stops_cleanly(home):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pmdb", "--home", str(home), "ui", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal:
@@ -142,7 +118,7 @@ def test_ui_answers_on_localhost_and_stops_cleanly(home):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search?max_results=5",
                                     timeout=10) as response:
             assert "experiments" in json.loads(response.read())
-        children = _descendants(proc.pid)
+        children = descendants(proc.pid)
         assert children, "the UI runs in child processes"
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         out, err = proc.communicate(timeout=60)

@@ -2,7 +2,6 @@
 with its MLflow server and every process under it on SIGINT and on SIGTERM. Real processes, real signals."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,31 +12,9 @@ import pytest
 from pmdb.config import Workspace
 from pmdb.store import Store
 
+from harness import descendants, free_port
+
 ENV = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def _alive(pid: int) -> bool:
@@ -58,7 +35,7 @@ def _background() -> None:
 def test_background_ui_stops_with_its_server_on_signal(tmp_path, signum):
     ws = Workspace(tmp_path / "ws")
     Store.open(ws, create=True).close()
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pmdb", "--home", str(ws.home), "ui", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                             start_new_session=True, preexec_fn=_background)
@@ -73,7 +50,7 @@ def test_background_ui_stops_with_its_server_on_signal(tmp_path, signum):
             except OSError:
                 time.sleep(1)
         assert status == 200, proc.poll()
-        children = _descendants(proc.pid)
+        children = descendants(proc.pid)
         assert children, "the UI runs in child processes"
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
