@@ -14,6 +14,8 @@ import shutil
 import socket
 import sqlite3
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 
@@ -76,3 +78,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_for_http(proc: subprocess.Popen, port: int, seconds: float) -> int | None:
+    """The HTTP status of http://127.0.0.1:PORT/ once it answers, or None when ``proc`` ended or ``seconds`` passed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+                return response.status
+        except OSError:
+            time.sleep(1)
+    return None

@@ -19,7 +19,7 @@ from pmdb import platform as platforms
 from pmdb.config import Workspace
 from pmdb.store import Store
 
-from harness import descendants, free_port, in_process
+from harness import descendants, free_port, in_process, wait_for_http
 
 PLATFORM = "cli-box"
 
@@ -106,14 +106,7 @@ def test_ui_answers_on_localhost_and_stops_cleanly(home):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal:
     # a test run started in the background by a non-interactive shell ignores SIGINT, and so would the child
     try:
-        deadline, status = time.monotonic() + 120, None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
-                    status = response.status
-                    break
-            except OSError:
-                time.sleep(1)
+        status = wait_for_http(proc, port, 120)
         assert status == 200, proc.poll()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/search?max_results=5",
                                     timeout=10) as response:

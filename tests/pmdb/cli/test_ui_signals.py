@@ -4,15 +4,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
 from pmdb.config import Workspace
 from pmdb.store import Store
 
-from harness import descendants, free_port
+from harness import descendants, free_port, wait_for_http
 
 ENV = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
 
@@ -41,14 +39,7 @@ def test_background_ui_stops_with_its_server_on_signal(tmp_path, signum):
                             start_new_session=True, preexec_fn=_background)
     children: list[int] = []
     try:
-        deadline, status = time.monotonic() + 150, None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
-                    status = response.status
-                    break
-            except OSError:
-                time.sleep(1)
+        status = wait_for_http(proc, port, 150)
         assert status == 200, proc.poll()
         children = descendants(proc.pid)
         assert children, "the UI runs in child processes"
