@@ -5,10 +5,14 @@ exported as a timeline (``pmdb predict --trace-set N --export-trace``: every op 
 predicted and traced µs) and summed per op name over one iteration: predicted against traced, the largest gaps first.
 The iteration itself is split the same way: the unprofiled ground truth, the profiled (traced) iteration, the
 prediction, and the op sums, so that what is left is the host's gaps between ops (T1). Run it on workspaces of each
-host (`make demo`'s `pmdb-workspace`) to see which ops move between hosts, and by how much. Diagnosis only: nothing
-here is fitted on, and no prediction rule is chosen by it. Each export stores one more prediction in the workspace.
+host (`make demo`'s `pmdb-workspace`) to see which ops move between hosts, and by how much. Each run also lists its
+profiled iterations against the unprofiled step. ``--profiler-tax`` adds the profiler's own cost per recorded op
+event on this host, with and without the profiler as ``collect workload`` configures it
+(:mod:`collectors.workloads.profiler_tax`: the wall tax, and what of it the IQR-kept overhead samples hold).
+Diagnosis only: nothing here is fitted on, and no prediction rule is chosen by it. Each export stores one more
+prediction in the workspace.
 
-    .venv/bin/python benchmarks/host_op_diagnosis.py pmdb-workspace [--out FILE.md] [--top 12]
+    .venv/bin/python benchmarks/host_op_diagnosis.py pmdb-workspace [--out FILE.md] [--top 12] [--profiler-tax]
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
 
 from pmdb_commands import Commands  # noqa: E402
 
@@ -43,8 +48,51 @@ ORDER BY w.family, w.name
 """
 
 
+ITERATIONS = """
+SELECT t.trace_set_id, i.iteration, i.dur_us FROM trace_iterations i JOIN traces t USING (trace_id)
+WHERE t.kind = 'kineto' AND t.rank = 0 ORDER BY t.trace_set_id, i.iteration
+"""
+
+
 def runs(home: Path, log: list[str]) -> list[dict]:
     return COMMANDS.sql(home, RUNS, log)
+
+
+def profiled_iterations(home: Path, log: list[str]) -> dict[int, list[float]]:
+    """{trace set: its rank-0 Kineto trace's iteration times (µs), in order}."""
+    out: dict[int, list[float]] = defaultdict(list)
+    for row in COMMANDS.sql(home, ITERATIONS, log):
+        out[int(row["trace_set_id"])].append(float(row["dur_us"]))
+    return dict(out)
+
+
+def iterations_line(profiled: list[float], truth_us: float) -> str:
+    """The profiled iterations (ms) and each as a multiple of the unprofiled step."""
+    if not profiled or not truth_us:
+        return "no profiled iterations stored."
+    times = " / ".join(f"{t / 1e3:.2f}" for t in profiled)
+    ratios = " / ".join(f"{t / truth_us:.2f}" for t in profiled)
+    return f"profiled iterations {times} ms (x {ratios} of the unprofiled step)."
+
+
+def tax_lines(blocks: int) -> list[str]:
+    """The profiler-tax calibration on this host as a Markdown section."""
+    from collectors.workloads.profiler_tax import measure
+
+    load = os.getloadavg()[0]
+    cases = measure(blocks)
+    lines = [f"## The profiler's own cost per recorded op event (this host, load {load:.2f} -> "
+             f"{os.getloadavg()[0]:.2f})", "",
+             f"Alternating blocks without and with the profiler as `collect workload` configures it (CPU, "
+             f"record_shapes), {blocks} each, 1 thread; medians. Wall tax: what profiling adds to a step, per event "
+             f"(quartiles over block pairs); kept: what of it the IQR-kept T1-T5 samples hold.", "",
+             "| case | events / call | unprofiled µs | profiled µs | wall tax µs / event (q25-q75) | "
+             "kept tax µs / event |", "|---|---|---|---|---|---|"]
+    for c in cases:
+        kept = "-" if c.kept_tax_us is None else f"{c.kept_tax_us:+.2f}"
+        lines.append(f"| {c.name} | {c.events_per_call:.0f} | {c.unprofiled_us:.2f} | {c.profiled_us:.2f} | "
+                     f"{c.tax_us:.2f} ({c.tax_q25_us:.2f}-{c.tax_q75_us:.2f}) | {kept} |")
+    return lines + [""]
 
 
 def timeline(home: Path, trace_set: int, path: Path, log: list[str]) -> dict:
@@ -86,12 +134,17 @@ def main() -> None:
     parser.add_argument("workspace", type=Path, help="a pmdb workspace with predicted single-rank CPU runs")
     parser.add_argument("--out", type=Path, help="write the tables to this Markdown file too")
     parser.add_argument("--top", type=int, default=12, help="ops per run, the largest gaps first (default 12)")
+    parser.add_argument("--profiler-tax", action="store_true",
+                        help="also measure the profiler's cost per recorded op event on this host (~20 s)")
+    parser.add_argument("--blocks", type=int, default=41,
+                        help="--profiler-tax: alternating blocks per case (default 41)")
     opts = parser.parse_args()
     home = opts.workspace.resolve()
     lines = [f"# Per-op diagnosis of CPU predictions — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
              f"Host: {host()}; load average {os.getloadavg()[0]:.2f} at start; workspace `{opts.workspace}`.", ""]
     log: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
+        iterations = profiled_iterations(home, log)
         for run in runs(home, log):
             ts = int(run["trace_set_id"])
             trace = timeline(home, ts, Path(tmp) / f"ts{ts}.json", log)
@@ -104,7 +157,8 @@ def main() -> None:
                       f"truth (unprofiled) {run['measured_us'] / 1e3:.2f} ms; predicted iteration "
                       f"{predicted / 1e3:.2f} ms ({100 * (predicted / run['measured_us'] - 1):+.1f}%); host ops "
                       f"predicted {pred_ops / 1e3:.2f} ms against {traced_ops / 1e3:.2f} ms traced; the rest "
-                      f"(gaps between ops, T1) {(predicted - pred_ops) / 1e3:.2f} ms predicted.", "",
+                      f"(gaps between ops, T1) {(predicted - pred_ops) / 1e3:.2f} ms predicted; "
+                      f"{iterations_line(iterations.get(ts, []), run['measured_us'])}", "",
                       "| op | calls | predicted µs | traced µs | gap µs | gap % |", "|---|---|---|---|---|---|"]
             ranked = sorted(ops.items(), key=lambda kv: -abs(kv[1][0] - kv[1][1]))[:opts.top]
             for name, (p, t, n) in ranked:
@@ -112,6 +166,8 @@ def main() -> None:
                 lines.append(f"| {name} | {n / iters:g} | {p:.0f} | {t:.0f} | {p - t:+.0f} | "
                              f"{100 * (p / t - 1) if t else float('nan'):+.1f}% |")
             lines.append("")
+    if opts.profiler_tax:
+        lines += tax_lines(opts.blocks)
     text = "\n".join(lines)
     print(text)
     if opts.out:

@@ -35,14 +35,20 @@ def _warm(step: Callable[[int], None], ids: Sequence[int], barrier: Callable[[],
         step(k)
 
 
+def kineto_profiler(cuda: bool = False) -> profile:
+    """The profiler as the Kineto pass configures it (CPU activity, CUDA too on a GPU, input shapes recorded): one
+    place, so that the profiler-tax calibration (:mod:`collectors.workloads.profiler_tax`) times what a trace holds."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    return profile(activities=activities, record_shapes=True)
+
+
 def kineto_pass(step: Callable[[int], None], warmup_ids: Sequence[int], ids: Sequence[int], path: Path, *,
                 barrier: Callable[[], None] | None = None, sync: Callable[[], None] | None = None,
                 cuda: bool = False) -> float:
     """Record a Kineto (Chrome JSON) trace of ``ids`` with shapes to ``path``; returns the pass's wall seconds."""
     start = time.perf_counter()
     _warm(step, warmup_ids, barrier)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities, record_shapes=True) as prof:
+    with kineto_profiler(cuda) as prof:
         _steps(step, ids, barrier, sync)
     prof.export_chrome_trace(str(path))
     return time.perf_counter() - start
