@@ -8,10 +8,13 @@ From an empty workspace, every step an ordinary pmdb command (printed as it runs
    (sigmoid curves). Kernel models see kernel tables only, never the three labels.
 2. GPT-2 large captured shape-only on this CPU (global batch 4, seq 1024, fp32);
 3. `pmdb predict --what-if --data-parallel 4` / `--tensor-parallel 4` / `--pipeline-parallel 4` (one micro-batch)
-   on the A100, each also with `--megatron-fusions` (an estimate of what Megatron's fused kernels save);
+   on the A100, each also with `--megatron-fusions` (an estimate of what Megatron's fused kernels save), and the
+   same capture on one GPU (`--data-parallel 1`: batch 4, no split) beside them;
 4. `pmdb plan validate` of the same three runs (shipped a100-40gb system, Megatron-DeepSpeed preset, no
    recomputation), and what-ifs to 8 and 64 GPUs timed;
-5. the table: label, pmdb, error, fused, planner, which collective models priced each.
+5. the table: label, pmdb, error, fused, planner, which collective models priced each; the pp4 step taken apart
+   (per stage, sends, tied-embedding all-reduce) against the one-GPU prediction; the A100-PCIE table's own GEMM
+   rates; a lower bound of the optimizer step the labels' window holds and pmdb's step leaves out.
 
     .venv/bin/python benchmarks/multi_gpu_accuracy.py [--shared ../shared/data] [--workspace DIR] [--out FILE]
 """
@@ -36,6 +39,7 @@ LABEL_DIR = "NVIDIA_A100-SXM4-40GB"
 RUNS = {"dp4": ("--data-parallel", "4"), "tp4": ("--tensor-parallel", "4"), "pp4_1": ("--pipeline-parallel", "4")}
 SPLITS = {"dp4": (1, 4, 1), "tp4": (4, 1, 1), "pp4_1": (1, 1, 4)}    # (tensor, data, pipeline)
 TARGET_PCT = 10.0
+POWER_LIMITED = ("Tesla_T4", "Tesla_V100-PCIE-32GB")   # other tables' GEMM rates beside the A100-PCIE's (70 W, 250 W)
 HOST = "Intel Xeon, 2 cores, L3 480 MiB (lscpu), loaded by parallel work"
 
 
@@ -103,6 +107,37 @@ def planner_rows(home: Path, labels: dict[str, float], config: dict, log: list[s
     return found
 
 
+def rank0_parameters(config: dict, tp: int, pp: int) -> int:
+    """Parameters rank 0 holds under Megatron's layout (stage 0's layers, tensor-parallel shards of the QKV, MLP
+    and projection weights and the column-parallel biases, the padded word embedding shard, position embeddings)."""
+    h, layers = config["n_embd"], config["n_layer"]
+    vocab = -(-config["vocab_size"] // (128 * tp)) * 128 * tp
+    layer = (12 * h * h + 7 * h) // tp + 6 * h     # QKV, proj, fc1, fc2 (+ their split biases); 2 biases, 2 norms
+    return layer * (layers // pp) + vocab // tp * h + config["n_positions"] * h + (2 * h if pp == 1 else 0)
+
+
+OPTIMIZER_BYTES = 32   # per parameter: the gradient norm reads it (4 B); apex's fused Adam reads parameter, gradient
+#                       and both moments and writes parameter and moments (28 B); the clip's rescale (8 B) not counted
+
+
+def optimizer_floor_ms(config: dict, tp: int, pp: int, bandwidth_gbs: float) -> float:
+    """A lower bound of Megatron's FP32Optimizer.step on rank 0 (inside the labels' window, see the header):
+    :data:`OPTIMIZER_BYTES` per parameter at the full sheet bandwidth, ms."""
+    return rank0_parameters(config, tp, pp) * OPTIMIZER_BYTES / (bandwidth_gbs * 1e9) * 1e3
+
+
+def table_gemm_rates(kernels: Path, gpu: str) -> tuple[float, float, float, int]:
+    """(median, 90th percentile, largest) TFLOP/s of the GEMM rows (>= 20 GFLOP) of one GPU's NeuSight linear
+    table, and their count: what the kernel models are fitted on."""
+    import pandas as pd
+
+    rows = pd.read_csv(kernels / gpu / "linear.csv.gz")
+    flops = 2.0 * rows["B"] * rows["M"] * rows["N"] * rows["K"]
+    rate = flops / (rows["Latency"] * 1e-3) / 1e12
+    big = rate[flops >= 2e10]
+    return float(big.median()), float(big.quantile(0.9)), float(rate.max()), int(len(big))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = workspace_parser(__doc__, RESULTS / "multi_gpu_accuracy.md", 4.0, "the A100")
     args = parser.parse_args(argv)
@@ -140,6 +175,15 @@ def main(argv: list[str] | None = None) -> int:
         row, notes, seconds = predict(home, 1, flags, log)
         fused, _, _ = predict(home, 1, (*flags, "--megatron-fusions"), log)
         results[run] = (row, fused, notes, seconds)
+    single, _, _ = predict(home, 1, ("--data-parallel", "1"), log)
+    pp_parts = json.loads(_COMMANDS.sql(home, f"SELECT CAST(derivation AS VARCHAR) AS d FROM trace_sets WHERE "
+                                              f"trace_set_id = {int(results['pp4_1'][0]['trace_set'])}", log)[0]["d"])
+    sheets = {name: json.loads((kernels / "device_configs" / f"{name}.json").read_text())
+              for name in ("NVIDIA_A100-PCIE-40GB", LABEL_DIR, *POWER_LIMITED)}
+    diagnosis = {"single": single, "pp4": pp_parts, "sheets": sheets,
+                 "gemm": {gpu: table_gemm_rates(kernels, gpu) for gpu in ("NVIDIA_A100-PCIE-40GB", *POWER_LIMITED)},
+                 "optimizer": {run: optimizer_floor_ms(config, tp, pp, sheets[LABEL_DIR]["Mem_Bw"])
+                               for run, (tp, _, pp) in SPLITS.items()}}
     scale = {}
     for name, flags in (("8 GPUs (dp2 tp2 pp2, 4 micro-batches)", ("--data-parallel", "2", "--tensor-parallel",
                                                                     "2", "--pipeline-parallel", "2",
@@ -152,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     planner = planner_rows(home, labels, config, log)
     planner32 = planner_rows(home, labels, config, log, str(fp32_system(home)))
     report = render(labels, results, planner, planner32, scale, capture_s, log, load_before,
-                    time.perf_counter() - started)
+                    time.perf_counter() - started, diagnosis)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
     print(report)
@@ -163,18 +207,66 @@ def _vs(value: float | None, label: float) -> str:
     return "-" if value is None else f"{value:.1f} ({100 * (value - label) / label:+.1f}%)"
 
 
+def diagnosis_lines(labels: dict, results: dict, diag: dict) -> list[str]:
+    """pp4 taken apart against the one-GPU prediction; the kernel tables' GEMM rates; the optimizer left out."""
+    single = diag["single"]["predicted_ms"]
+    pp, pp4 = diag["pp4"], results["pp4_1"][0]["predicted_ms"]
+    stages = ", ".join(f"stage {s} {f / 1e3:.1f} + {b / 1e3:.1f}"
+                       for s, (f, b) in enumerate(zip(pp["stage_fw_us"], pp["stage_bw_us"])))
+    fw, bw = sum(pp["stage_fw_us"]) / 1e3, sum(pp["stage_bw_us"]) / 1e3
+    hops = 2 * (len(pp["stage_fw_us"]) - 1)            # one micro-batch: each boundary once each way
+    sends, tied = hops * pp["send_us"] / 1e3, pp.get("tied_embedding_all_reduce_us", 0.0) / 1e3
+    label = labels["pp4_1"]
+    pcie, sxm = (diag["sheets"][k] for k in ("NVIDIA_A100-PCIE-40GB", LABEL_DIR))
+    fields = [k for k in pcie if k != "Device"]
+    same = [k for k in fields if pcie[k] == sxm.get(k)]
+    agree = "agree on every field" if same == fields else f"agree on {len(same)} of {len(fields)} fields"
+    med, p90, top, count = diag["gemm"]["NVIDIA_A100-PCIE-40GB"]
+    peak = pcie["SingleFLOPs"] / 1e3
+    others = ", ".join(f"{gpu.replace('_', ' ')} "
+                       f"{100 * diag['gemm'][gpu][1] / (diag['sheets'][gpu]['SingleFLOPs'] / 1e3):.0f}%"
+                       for gpu in POWER_LIMITED)
+    opt = diag["optimizer"]
+    return ["## Where pp4's error comes from (diagnosis; nothing here is fitted or tuned on the labels)", "",
+            f"- pp4 with one micro-batch, rank 0's step {pp4:.1f} ms = forward + backward per stage (ms: {stages}; "
+            f"{fw:.1f} + {bw:.1f} in all) + {hops} stage-to-stage transfers ({sends:.1f} ms) + the tied-embedding "
+            f"all-reduce ({tied:.1f} ms). The same capture on one GPU (batch 4, no split): {single:.1f} ms, "
+            f"{100 * (single - label) / label:+.1f}% against the pp4 label: the split itself adds "
+            f"{pp4 - single:+.1f} ms, so pp4's error is the one-GPU kernel prediction's. The last stage's logits "
+            f"and loss (vocabulary-wide GEMMs and cross-entropy) cost "
+            f"{(pp['stage_fw_us'][-1] - pp['stage_fw_us'][1]) / 1e3:+.1f} ms forward and "
+            f"{(pp['stage_bw_us'][-1] - pp['stage_bw_us'][1]) / 1e3:+.1f} ms backward over a middle stage.",
+            f"- The A100-PCIE-40GB sheet and the A100-SXM4-40GB sheet {agree} ({', '.join(same)}); "
+            f"they do not record the board power (NVIDIA's datasheets: 250 W PCIe, 400 W SXM4). The PCIE "
+            f"table's GEMMs of >= 20 GFLOP ({count} rows) run at a median {med:.1f} TFLOP/s, 90th percentile "
+            f"{p90:.1f}, largest {top:.1f}: {100 * med / peak:.0f}% / {100 * p90 / peak:.0f}% / "
+            f"{100 * top / peak:.0f}% of the sheets' {peak:.1f} TFLOP/s FP32 rate. Kernel models fitted on them "
+            f"price the SXM4's GEMMs at the PCIE card's rate. Other tables at the 90th percentile of their "
+            f"sheet's rate: {others} (70 W and 250 W boards). Scaling the GEMM-bound step to the labels is not done "
+            f"here: that would fit on them.",
+            f"- Inside the labels' window and not in pmdb's step: accelerate's MegatronEngine.forward runs "
+            f"Megatron's whole train_step (gradient reductions and FP32Optimizer.step: gradient-norm clip + apex "
+            f"fused Adam); its optimizer.step() after the window is a no-op. A lower bound of that step on rank 0 "
+            f"({OPTIMIZER_BYTES} B per parameter: gradient norm and fused Adam, the clip's rescale not counted, at "
+            f"the sheet's {sxm['Mem_Bw']} GB/s): "
+            + ", ".join(f"{run} {ms:.1f} ms ({100 * ms / labels[run]:.1f}% of the label)" for run, ms in opt.items())
+            + ".", ""]
+
+
 def render(labels: dict, results: dict, planner: dict, planner32: dict, scale: dict, capture_s: float,
-           log: list[str], load_before: tuple, wall_s: float) -> str:
+           log: list[str], load_before: tuple, wall_s: float, diag: dict | None = None) -> str:
     """The Markdown results file."""
     when = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
     lines = [f"# GPT-2 large on 4 A100s, predicted from one GPU's graph — {when}",
              "", f"Host: {HOST}; load average before {load_before[0]:.2f} / after {os.getloadavg()[0]:.2f}; whole "
              f"benchmark {wall_s / 60:.1f} min. Ground truth: NeuSight's labels (Megatron-LM through accelerate, "
-             f"global batch 4, seq 1024, fp32, forward + backward on rank 0, optimizer outside, mean of the 10 "
-             f"fastest). Kernel models: the A100-PCIE-40GB's NeuSight tables, fitted here (same GA100 chip, 108 SMs, "
-             f"1410 MHz, 1555 GB/s as the SXM4; the SXM4 has only a spec sheet, and cross-GPU models carry the "
-             f"leave-one-GPU-out error on top); collectives: vTrain's A100 SXM4 nccl-tests all-reduce tables, "
-             f"fitted (sigmoid). Nothing is fitted on the three labels.", "",
+             f"global batch 4, seq 1024, fp32, `model(**batch)` + `accelerator.backward` between CUDA events on "
+             f"rank 0, mean of the 10 fastest; through accelerate's Megatron plugin that window holds Megatron's "
+             f"whole train_step, optimizer step included: see the diagnosis). Kernel models: the A100-PCIE-40GB's "
+             f"NeuSight tables, fitted here (same GA100 chip, 108 SMs, 1410 MHz, 1555 GB/s as the SXM4; the SXM4 "
+             f"has only a spec sheet, and cross-GPU models carry the leave-one-GPU-out error on top); collectives: "
+             f"vTrain's A100 SXM4 nccl-tests all-reduce tables, fitted (sigmoid). Nothing is fitted on the three "
+             f"labels.", "",
              f"| run | label ms | pmdb ms | error | target < {TARGET_PCT:.0f}% | with Megatron fusions ms (error) | "
              f"bubble | planner ms (error) | planner at FP32 rate ms (error) | collectives priced by |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -190,13 +282,21 @@ def render(labels: dict, results: dict, planner: dict, planner32: dict, scale: d
     fast = f"{min(shares):.2f}-{max(shares):.2f}x" if shares else "nothing"
     gaps = [f"{run} {100 * (planner32[run] - row['predicted_ms']) / row['predicted_ms']:+.0f}%"
             for run, (row, _, _, _) in results.items() if run in planner32]
+    if diag:
+        one = diag["single"]["predicted_ms"]
+        lines += ["", f"One GPU, the same capture (batch 4, no split; `--data-parallel 1`): {one:.1f} ms, "
+                      f"{100 * (one - labels['pp4_1']) / labels['pp4_1']:+.1f}% against the pp4 label."]
     lines += ["", "What the derivation assumes (`simulator/whatif_parallel.py`): the capture's eager `transformers` "
-              "ops, cut as Megatron splits them — but Megatron's GPT runs fused kernels where the capture has "
-              "several passes (scale-mask-softmax, bias-GELU, bias-dropout-add; apex's fused layer norm is priced as "
-              "torch's). `--megatron-fusions` drops the passes those kernels save (each fused kernel priced as one "
-              "eager pass): the column above estimates how much that matters. The label's accelerate/Megatron run "
-              "also pads the vocabulary (done), and its gradient all-reduce may run after the backward rather than "
-              "overlapped as DDP does (assumed overlapped, as the issue asks).", "",
+              "ops, cut as Megatron splits them; pipeline stages send each activation point to point (under tensor "
+              "parallel 1/T per tensor rank, then an all-gather: Megatron's scatter-gather) and the first and last "
+              "stage all-reduce the tied word embedding's gradient after the pipeline. Megatron's GPT fuses "
+              "bias-GELU and bias-dropout-add (TorchScript functions, on by Megatron's defaults, which accelerate's "
+              "plugin leaves alone; whether the TorchScript fuser fused them in the labels' torch is not recorded) "
+              "and, for fp16/bf16 only, scale-mask-softmax (in fp32 Megatron scales, masks and softmaxes in "
+              "separate passes, as the capture does). `--megatron-fusions` drops the passes those kernels save "
+              "(each fused kernel priced as one eager pass): the column above; the default stays unfused. The "
+              "labels' run used torch DDP (NeuSight sets DDP_impl torch): its gradient all-reduce overlaps the "
+              "backward, as derived.", "",
               "pmdb vs the planner: the shipped planner prices Megatron-DeepSpeed's fp16 tensor-core iteration "
               "(312 TFLOP/s) with its optimizer step, the labels are fp32 forward + backward on CUDA cores "
               f"(19.5 TFLOP/s): it predicts {fast} of the label. With every matrix rate set to the FP32 rate "
@@ -204,6 +304,7 @@ def render(labels: dict, results: dict, planner: dict, planner32: dict, scale: d
               + (", ".join(gaps) or "-") + "; where beyond 10%, the reasons are the planner's fixed "
               "efficiencies (0.8 of peak for every GEMM, 0.85 of HBM) against pmdb's per-shape kernel models, "
               "its 2-byte element-wise traffic, its optimizer step, and no host launch path.", ""]
+    lines += diagnosis_lines(labels, results, diag) if diag else []
     notes = sorted({n for _, _, text, _ in results.values() for n in text.split("\n") if n})
     lines += ["Notes printed by the predictions:", "", *([f"- {n}" for n in notes] or ["- none"]), ""]
     for name, found in (("planner", planner), ("planner at FP32 rate", planner32)):

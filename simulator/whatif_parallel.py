@@ -15,7 +15,13 @@ Megatron-LM's layout, on the graph of one micro-batch (:func:`scale_batch` first
   all-reduce waits for it.
 * **pipeline parallel P** (:func:`split_stages`): layers cut into P equal runs at their first ``layer_norm`` (the
   embedding with stage 0, the final norm, logits and loss with the last stage); the backward cut after the matching
-  ``native_layer_norm_backward`` (and the gradient ``add_`` ops it is followed by).
+  ``native_layer_norm_backward`` (and the gradient ``add_`` ops it is followed by). Between stages Megatron sends
+  each micro-batch's ``[S, b, H]`` activation (and its gradient back) point to point (``megatron/p2p_communication.py``
+  of the ``megatron.schedules`` that accelerate's plugin drives); under tensor parallel each tensor rank sends 1/T of
+  it and the receivers all-gather it (``scatter_gather_tensors_in_pipeline``, on by default):
+  :func:`pipeline_send_us`. The last stage keeps its own copy of the tied word embedding for the logits, so after
+  the pipeline the first and last stages all-reduce that table's gradient (``allreduce_word_embedding_grads`` /
+  ``_allreduce_word_embedding_grads`` in ``finalize_model_grads``; V/T x H values): :func:`tied_embedding_us`.
 * **data parallel D** (:func:`gradient_buckets`): each stage's last micro-batch backward all-reduces its gradients
   in DDP's buckets (first 1 MiB, then 25 MiB) as they complete (a gradient is the ``add_`` into a parameter-shaped
   tensor in the backward, or an ``AccumulateGrad``), overlapping the rest of the backward; the chunk ends when the
@@ -24,7 +30,8 @@ Megatron-LM's layout, on the graph of one micro-batch (:func:`scale_batch` first
 Each stage's forward and backward chunks are priced by the session's models and simulated alone (Algorithm 1 on one
 rank); collectives and point-to-point sends are priced by :class:`CommPricer` at their group size. The 1F1B schedule
 over M micro-batches (:func:`one_f_one_b`, with M = 1 the stages run one after another) gives the step as rank 0
-times it (forward + backward, optimizer outside): the end of stage 0's last backward. Times µs, sizes bytes.
+times it: the end of stage 0's last backward, then the tied-embedding all-reduce. Megatron's optimizer step (and
+its gradient-norm clipping) is not in the derived step. Times µs, sizes bytes.
 """
 from __future__ import annotations
 
@@ -103,42 +110,51 @@ class LinkFigures:
                 f"{self.nvlink_latency_us:g} us/step")
 
     def time_us(self, kind: str, group: int, size: float) -> float:
-        """Ring all-reduce (2(n-1) steps of size/n) or one send of ``size`` bytes."""
+        """Ring all-reduce (2(n-1) steps of size/n), ring all-gather of ``size`` bytes in all (n-1 steps of size/n)
+        or one send of ``size`` bytes."""
         across = group > self.node_gpus
         bw = (self.nic_gbps if across else self.nvlink_gbps) * self.efficiency * 1e3   # bytes per µs
         lat = self.nic_latency_us if across else self.nvlink_latency_us
         if kind == "send":
             return lat + size / bw
-        steps = 2 * (group - 1)
+        steps = (group - 1) * (1 if kind == "all_gather" else 2)
         return steps * lat + steps * size / group / bw
 
 
 class CommPricer:
     """Prices collectives at their group size: the target's collective model at that world size where one exists
-    (a send of m bytes by the 2-rank all_reduce model: each byte crosses the link once each way, as in a send),
-    else the link figures. Remembers what priced each (kind, group)."""
+    (a send of m bytes by the 2-rank all_reduce model: each byte crosses the link once each way, as in a send; an
+    all-gather with no model of its own by half the all_reduce model of its group and total size: a ring all-reduce
+    is a reduce-scatter then an all-gather), else the link figures. Remembers what priced each (``label``, by
+    default kind@group)."""
 
     def __init__(self, models: ModelSet, link: LinkFigures | None = None):
         self.models, self.link = models, link or LinkFigures()
         self.used: dict[str, str] = {}
         self._cache: dict[tuple[str, int, float], float] = {}
 
-    def time_us(self, kind: str, group: int, size: float) -> float:
+    def _model(self, kind: str, group: int) -> tuple[Any, float, str]:
+        """(model ref or None, factor on its time, how it stands in) for one kind at one group size."""
+        if kind == "send":
+            return self.models.collective("all_reduce", 2), 1.0, " (2-rank all_reduce)"
+        own = self.models.collective(kind, group)
+        if own is not None or kind != "all_gather":
+            return own, 1.0, ""
+        return self.models.collective("all_reduce", group), 0.5, " (half: all_reduce = reduce-scatter + all-gather)"
+
+    def time_us(self, kind: str, group: int, size: float, label: str | None = None) -> float:
         if group <= 1 or size <= 0:
             return 0.0
         key = (kind, group, float(size))
-        if key in self._cache:
-            return self._cache[key]
-        ref = self.models.collective("all_reduce", 2 if kind == "send" else group)
-        label = f"{kind}@{group}"
-        if ref is not None:
-            value = float(ref.model.predict(pd.DataFrame({"max_rank_bytes": [float(size)]}))[0])
-            self.used[label] = f"{ref.name}:{ref.version}" + (" (2-rank all_reduce)" if kind == "send" else "")
-        else:
-            value = self.link.time_us(kind, group, size)
-            self.used[label] = self.link.name(group)
-        self._cache[key] = value
-        return value
+        label = label or f"{kind}@{group}"
+        ref, factor, how = self._model(kind, group)
+        if key not in self._cache:
+            if ref is not None:
+                self._cache[key] = factor * float(ref.model.predict(pd.DataFrame({"max_rank_bytes": [float(size)]}))[0])
+            else:
+                self._cache[key] = self.link.time_us(kind, group, size)
+        self.used[label] = f"{ref.name}:{ref.version}{how}" if ref is not None else self.link.name(group)
+        return self._cache[key]
 
 
 def _dims(shape: Any) -> bool:
@@ -192,6 +208,33 @@ def padded_vocab(vocab: int, tp: int) -> int:
     """Megatron's padded vocabulary: the next multiple of 128·T."""
     step = VOCAB_MULTIPLE * tp
     return -(-vocab // step) * step
+
+
+def activation_bytes(dims: ModelDims, micro: int) -> float:
+    """One micro-batch's ``[S, b, H]`` activation between layers (fp32), bytes."""
+    return float(micro * dims.seq * dims.hidden * FLOAT_BYTES)
+
+
+def pipeline_send_us(pricer: CommPricer, dims: ModelDims, micro: int, tp: int) -> float:
+    """One stage-to-stage transfer of a micro-batch's activation (or its gradient): a send of 1/T of it from each
+    tensor rank, then an all-gather over the T tensor ranks (Megatron's scatter-gather of pipeline tensors; one
+    plain send without tensor parallel). µs."""
+    size = activation_bytes(dims, micro)
+    send = pricer.time_us("send", 2, size / tp, label="pipeline send@2")
+    return send + (pricer.time_us("all_gather", tp, size, label=f"pipeline all_gather@{tp}") if tp > 1 else 0.0)
+
+
+def embedding_bytes(dims: ModelDims, tp: int) -> float:
+    """A tensor rank's shard of the (padded) word embedding: V/T x H fp32 values, bytes."""
+    return float(padded_vocab(dims.vocab, tp) // tp * dims.hidden * FLOAT_BYTES)
+
+
+def tied_embedding_us(pricer: CommPricer, dims: ModelDims, spec: ParallelSpec) -> float:
+    """The all-reduce of the tied word embedding's gradient between the first and the last stage after the pipeline
+    (none without pipeline parallel: one copy of the table), µs."""
+    if spec.pp <= 1:
+        return 0.0
+    return pricer.time_us("all_reduce", 2, embedding_bytes(dims, spec.tp), label="tied embedding all_reduce@2")
 
 
 def comm_op(kind: str, group: int, size: float, phase: str, why: str, pricer: CommPricer,
@@ -392,11 +435,12 @@ class Schedule:
 
 
 def one_f_one_b(fw_us: list[float], bw_us: list[float], bw_last_us: list[float], micro: int,
-                send_us: float) -> Schedule:
+                send_us: float, embedding_us: float = 0.0) -> Schedule:
     """Megatron's 1F1B over P stages and ``micro`` micro-batches: stage s runs min(P-s-1, M) forwards, then
     alternates one forward and one backward, then drains; a forward waits for the previous stage's forward of the
     same micro-batch (plus the send), a backward for the next stage's backward. The last micro-batch's backward
-    costs ``bw_last_us`` (with the data-parallel all-reduces)."""
+    costs ``bw_last_us`` (with the data-parallel all-reduces). With P > 1, the first and the last stage then
+    all-reduce the tied embedding's gradient (``embedding_us``) once both are done."""
     p = len(fw_us)
     orders = []
     for s in range(p):
@@ -432,24 +476,35 @@ def one_f_one_b(fw_us: list[float], bw_us: list[float], bw_last_us: list[float],
                 moved = True
         if not moved:
             raise PmdbError("the pipeline schedule deadlocked (a bug: please report it)")
+    if p > 1 and embedding_us > 0:
+        free[0] = free[p - 1] = max(free[0], free[p - 1]) + embedding_us
     return Schedule(free[0], list(free), busy)
 
 
 GELU_PARTS = frozenset({"aten::mul", "aten::pow", "aten::add", "aten::add_", "aten::tanh", "aten::tanh_backward"})
 GELU_KEPT = frozenset({"aten::tanh", "aten::tanh_backward"})   # the one pass a fused bias-GELU kernel makes
+HALF_TYPES = ("half", "bfloat16")                               # in a recorded input type, e.g. Tensor(c10::Half)
+
+
+def half_precision(op: Op) -> bool:
+    """Whether the op's first input is recorded as fp16/bf16 (shape-only captures record no types: fp32)."""
+    return bool(op.input_types) and any(h in str(op.input_types[0]).lower() for h in HALF_TYPES)
 
 
 def megatron_fusions(ops: list[Op], dims: ModelDims, tp: int = 1) -> tuple[list[Op], int]:
-    """Drop what Megatron's fused kernels do in passes that the captured eager ops make apart: the scale and mask
-    before a softmax over heads (and the scale's gradient) — fused scale-mask-softmax; every element-wise op of the
-    tanh GELU on ``[b, S, 4H/T]`` but one pass per direction — fused bias-GELU; the residual add after a dropout
-    in the forward — fused bias-dropout-add. (kept ops, dropped count). An estimate of what the eager capture
-    over-counts, not Megatron's kernels themselves (their own times are taken as one eager pass)."""
+    """Drop what Megatron's fused kernels do in passes that the captured eager ops make apart: every element-wise op
+    of the tanh GELU on ``[b, S, 4H/T]`` but one pass per direction — bias-GELU (a TorchScript function, any
+    dtype); the residual add after a dropout in the forward — bias-dropout-add (TorchScript); and, only where the
+    attention scores are fp16/bf16, the scale and mask before a softmax over heads (and the scale's gradient) —
+    ``FusedScaleMaskSoftmax`` runs its CUDA kernel only for half-precision input (``is_kernel_available``) and
+    scales, masks and softmaxes in separate passes in fp32. (kept ops, dropped count). An estimate of what the
+    eager capture over-counts, not Megatron's kernels themselves (their own times are taken as one eager pass)."""
     wide = 4 * dims.hidden // tp
     out, dropped = [], 0
     for i, op in enumerate(ops):
         shape = op.input_shapes[0] if op.input_shapes and _dims(op.input_shapes[0]) else None
-        scores = shape is not None and len(shape) == 4 and shape[2] == shape[3] == dims.seq and shape[1] != 1
+        scores = shape is not None and len(shape) == 4 and shape[2] == shape[3] == dims.seq and shape[1] != 1 \
+            and half_precision(op)
         nxt = ops[i + 1].name if i + 1 < len(ops) else ""
         prev = ops[i - 1].name if i else ""
         if scores and op.name in ("aten::mul", "aten::add") and (

@@ -2,6 +2,7 @@
 a tiny GPT-2, the real A100 SXM4 spec sheet, vTrain's real 4-GPU all-reduce table and a real sigmoid fit)."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -14,8 +15,8 @@ from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
 from simulator.model_set import ModelSet
 from simulator.whatif_parallel import (COMM_OP, CommPricer, LinkFigures, ParallelSpec, forward_parameters, check,
-                                       gradient_buckets, model_dims, one_f_one_b, padded_vocab, split_stages,
-                                       tensor_parallel)
+                                       gradient_buckets, model_dims, one_f_one_b, padded_vocab, pipeline_send_us,
+                                       split_stages, tensor_parallel, tied_embedding_us)
 
 H, HEADS, LAYERS, VOCAB, SEQ, BATCH = 64, 8, 4, 1000, 32, 4
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": LAYERS, "n_embd": H, "n_head": HEADS, "n_positions": 256,
@@ -118,6 +119,37 @@ def test_one_f_one_b_prices_the_bubble():
     assert sched.step_us == 4 * 1.0 + 4 * 2.0 + 2 * 3 * 0.5
     sched = one_f_one_b([1.0] * 4, [2.0] * 4, [2.0] * 4, 8, 0.0)          # equal stages: (M + P - 1)(f + b)
     assert sched.step_us == (8 + 3) * 3.0 and math.isclose(sched.bubble_share, 3 / 11)
+    tied = one_f_one_b([1.0] * 4, [2.0] * 4, [2.0] * 4, 1, 0.5, embedding_us=7.0)  # after stage 0's backward
+    assert tied.step_us == 4 * 1.0 + 4 * 2.0 + 2 * 3 * 0.5 + 7.0 and tied.stage_end_us[3] == tied.step_us
+    assert one_f_one_b([3.0], [5.0], [6.0], 1, 0.0, embedding_us=7.0).step_us == 9.0   # one stage: one table
+
+
+def test_pipeline_sends_scatter_over_tensor_ranks_and_gather(graph):
+    dims = model_dims(graph)
+    link = LinkFigures()
+    pricer = CommPricer(ModelSet(), link)
+    size = BATCH * SEQ * H * 4
+    assert pipeline_send_us(pricer, dims, BATCH, 1) == link.time_us("send", 2, size)
+    split = pipeline_send_us(pricer, dims, BATCH, 4)
+    assert split == link.time_us("send", 2, size / 4) + link.time_us("all_gather", 4, size)
+    assert link.time_us("all_gather", 4, size) < link.time_us("all_reduce", 4, size)
+    assert set(pricer.used) == {"pipeline send@2", "pipeline all_gather@4"}
+    assert tied_embedding_us(pricer, dims, ParallelSpec(tp=2)) == 0.0             # one stage holds the table
+    table = padded_vocab(VOCAB, 2) // 2 * H * 4
+    assert tied_embedding_us(pricer, dims, ParallelSpec(tp=2, pp=2)) == link.time_us("all_reduce", 2, table)
+    assert pricer.used["tied embedding all_reduce@2"] == link.name(2)
+
+
+def test_all_gather_without_its_own_model_is_half_the_all_reduce_model(captured):
+    from pmdb.config import resolve_workspace
+    from simulator.model_set import load_model_set
+
+    with Store.open(resolve_workspace(str(captured[1])), read_only=True) as store:
+        models = load_model_set(store, A100)
+    pricer = CommPricer(models)
+    gather, reduce = pricer.time_us("all_gather", 4, 8e6), pricer.time_us("all_reduce", 4, 8e6)
+    assert gather == 0.5 * reduce > 0
+    assert pricer.used["all_gather@4"].startswith("all_reduce.ws4") and "reduce-scatter" in pricer.used["all_gather@4"]
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -162,6 +194,8 @@ def test_cli_stores_the_derivation_and_names_the_collective_models(captured, cap
     assert dp["micro_batch"] == 1 and dp["gradient_bytes_per_rank"] == _param_bytes()
     assert dp["collectives"]["all_reduce@4"].startswith("all_reduce") and any("all_reduce" in m for m in models)
     assert tp_pp["micro_batch"] == BATCH and len(tp_pp["stage_fw_us"]) == 2 and tp_pp["send_us"] > 0
+    assert tp_pp["tied_embedding_all_reduce_us"] > 0 and "tied embedding all_reduce@2" in tp_pp["collectives"]
+    assert "pipeline all_gather@2" in tp_pp["collectives"] and "tied embedding all-reduce" in out
     assert all(r["predicted_us"] > 0 for r in rows)
 
 
@@ -186,7 +220,13 @@ def test_megatron_fusions_drop_the_eager_passes_fused_kernels_save(graph):
     ops = graph.ranks[0].ops
     kept, dropped = megatron_fusions(ops, dims)
     gone = [op.name for op in ops if op not in kept]
-    # per layer: scale + mask (fw), scale gradient (bw), 7 of 8 GELU ops (fw), 10 of 11 (bw), 2 residual adds (fw)
-    assert dropped == len(gone) == LAYERS * (2 + 1 + 7 + 10 + 2), sorted(set(gone))
+    # fp32 (the capture records no types): per layer 7 of 8 GELU ops (fw), 10 of 11 (bw), 2 residual adds (fw);
+    # the scale and mask before the softmax stay (Megatron's fused softmax kernel takes fp16/bf16 input only)
+    assert dropped == len(gone) == LAYERS * (7 + 10 + 2), sorted(set(gone))
     assert sum(op.name == "aten::softmax" for op in kept) == LAYERS
     assert sum(op.name in ("aten::tanh", "aten::tanh_backward") for op in kept) == 2 * LAYERS
+    scores = [copy.copy(op) for op in ops]
+    for op in scores:
+        op.input_types = ["Tensor(c10::Half)"]
+    _, half = megatron_fusions(scores, dims)
+    assert half == dropped + LAYERS * (2 + 1)     # + scale and mask (fw), scale gradient (bw)

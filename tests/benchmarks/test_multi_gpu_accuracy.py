@@ -1,0 +1,52 @@
+"""benchmarks/multi_gpu_accuracy.py's diagnosis helpers: rank 0's parameter count under Megatron's layout against a
+real (meta-device) ``transformers`` GPT-2, the optimizer-step floor from it, and the GEMM rates of a real NeuSight
+table."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = {"model_type": "gpt2", "n_layer": 4, "n_embd": 64, "n_head": 8, "n_positions": 256, "vocab_size": 1000}
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("multi_gpu_accuracy", ROOT / "benchmarks" / "multi_gpu_accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _hf_parameters(config: dict) -> int:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    return sum(p.numel() for p in model.parameters())      # the tied lm_head counts once
+
+
+def test_rank0_parameters_follow_megatrons_layout():
+    m = _module()
+    h, padded = TINY["n_embd"], 1024                          # 1000 padded to a multiple of 128
+    whole = m.rank0_parameters(TINY, 1, 1)
+    assert whole == _hf_parameters(TINY) + (padded - TINY["vocab_size"]) * h
+    layer = 12 * h * h + 13 * h
+    assert m.rank0_parameters(TINY, 1, 2) == 2 * layer + padded * h + 256 * h      # stage 0: 2 layers, embeddings
+    # tensor parallel 2: weights and column-parallel biases halved; row-parallel biases and norms whole
+    assert m.rank0_parameters(TINY, 2, 1) == 4 * ((12 * h * h + 7 * h) // 2 + 6 * h) + padded // 2 * h \
+        + 256 * h + 2 * h
+    assert m.optimizer_floor_ms(TINY, 1, 1, 1000.0) == pytest.approx(whole * 32 / 1e12 * 1e3)
+
+
+def test_table_gemm_rates_stay_under_the_sheet(shared_data):
+    m = _module()
+    kernels = shared_data / "gpu_kernels" / "neusight"
+    if not (kernels / "NVIDIA_A100-PCIE-40GB" / "linear.csv.gz").is_file():
+        pytest.skip("the A100-PCIE-40GB NeuSight linear table is not in the shared data")
+    median, p90, top, count = m.table_gemm_rates(kernels, "NVIDIA_A100-PCIE-40GB")
+    sheet = json.loads((kernels / "device_configs" / "NVIDIA_A100-PCIE-40GB.json").read_text())
+    assert count > 100 and 0 < median < p90 < top <= sheet["SingleFLOPs"] / 1e3
