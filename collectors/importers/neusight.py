@@ -41,7 +41,8 @@ platform row (torch, CUDA) and the run summary (with cuDNN).
 Times: each row's ``Latency`` is ONE call timed between two CUDA events, so it holds the table host's per-call
 floor. It is kept as ``single_call_us``; ``median_us`` is the kernel's device time with the floor removed, and the
 table's floor and the part removed go to ``host_floor_us`` and ``host_lead_us`` (per file and op:
-:mod:`collectors.importers.launch_floor`).
+:mod:`collectors.importers.launch_floor`; an import of several tables settles them together, a table without a
+plateau taking the import's floor, ``launch_floor.settle_import``).
 """
 from __future__ import annotations
 
@@ -209,11 +210,11 @@ def parse(path: Path, table: Table) -> ParsedOps:
     device = _device(table, errors)
     errors.raise_first()
     parts = []
-    for rows, op, shape in groups:
+    floors = launch_floor.import_floors([latency_ms[rows] * 1000.0 for rows, _, _ in groups])   # per table (op)
+    for (rows, op, shape), host in zip(groups, floors):
         count = int(rows.sum())
         config, params = params_json(shape, count)
         latency_us = latency_ms[rows] * 1000.0
-        host = launch_floor.table_floor(latency_us)      # the table's per-call host floor (module docstring)
         parts.append(rows_frame(count, op=op, config=config, params=params, median_us=host.device_us(latency_us),
                                 single_call_us=latency_us, host_floor_us=host.floor_us, host_lead_us=host.lead_us,
                                 kernels=None if kernels is None else kernels[rows]).set_index(np.flatnonzero(rows)))

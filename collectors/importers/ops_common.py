@@ -28,6 +28,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from collectors.importers import launch_floor
 from collectors.importers.common import cut_short, import_error
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
@@ -377,6 +378,7 @@ def import_op_files(store: Store, paths: Sequence[Path], fmt: str, parser: OpPar
     check_target(store, platform, device_kind)
     files_in_order = expand(paths)
     parsed_files, skipped = _read_and_parse(files_in_order, fmt, parser)
+    launch_floor.settle_import([p.rows for p in parsed_files])    # single-call tables: one host floor per import
     _check_same_gpu(store, platform, parsed_files)
     done = {sha: (path, where) for sha, path, where in store.conn.execute(
         "SELECT f.sha256, f.path, f.platform FROM imported_files f JOIN collection_runs r USING (run_id) "

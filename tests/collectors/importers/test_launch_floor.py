@@ -80,3 +80,56 @@ def test_a_table_round_trips_above_its_floor():
     assert host.latency_us(np.array([1.0]))[0] == host.floor_us      # a tiny kernel shows the floor
     with pytest.raises(ValueError):
         launch_floor.table_floor(np.array([0.0, np.nan]))
+
+
+def neusight_latency(gpu: str, op: str) -> np.ndarray:
+    return pd.read_csv(NEUSIGHT / gpu / f"{op}.csv.gz", usecols=["Latency"])["Latency"].to_numpy() * 1000.0
+
+
+def test_only_conv_tables_lack_a_plateau():
+    """The plateau test separates the tables whose fastest rows pile up at the host floor (2 % quantile <= 1.07x
+    the 1 %) from conv's, whose fastest rows are real work (>= 1.35x)."""
+    if not NEUSIGHT.is_dir():
+        pytest.skip(f"shared data not present at {NEUSIGHT}")
+    for gpu in GPUS[:4]:
+        for path in sorted((NEUSIGHT / gpu).glob("*.csv.gz")):
+            op = path.name.split(".")[0]
+            assert launch_floor.has_plateau(neusight_latency(gpu, op)) == (op != "conv"), (gpu, op)
+
+
+def test_a_table_without_a_plateau_takes_the_import_floor():
+    """V100: conv's own 1 % quantile (123 µs) lies above its fastest rows (68 µs) and its lead (0.56 x 123 = 69 µs)
+    would erase them; it takes the median floor of the import's plateau tables instead, the others keep theirs."""
+    if not NEUSIGHT.is_dir():
+        pytest.skip(f"shared data not present at {NEUSIGHT}")
+    ops = ("add", "relu", "linear", "ln", "conv")
+    tables = [neusight_latency(GPUS[3], op) for op in ops]
+    floors = launch_floor.import_floors(tables)
+    own = [launch_floor.table_floor(t) for t in tables]
+    assert floors[:4] == own[:4]
+    expect = float(np.median([f.floor_us for f in own[:4]]))
+    assert floors[4].floor_us == pytest.approx(expect) and floors[4].lead_us == pytest.approx(0.56 * expect)
+    assert own[4].lead_us > tables[4].min() > 1.3 * floors[4].floor_us       # the old lead erased the fastest rows
+    device = floors[4].device_us(tables[4])
+    assert (device > 0.5 * tables[4]).all()                                  # no row clipped at the guard
+    fastest = tables[4].min()
+    alone = launch_floor.import_floors(tables[4:])[0]                        # one table: its fastest latency
+    assert alone.floor_us == fastest and alone.lead_us == pytest.approx(0.56 * fastest)
+    assert (alone.device_us(tables[4]) >= 0.44 * fastest - 1e-9).all()      # none clipped at the guard
+    capped = launch_floor.import_floors([tables[0] + 500.0, tables[4]])      # never above its fastest latency
+    assert capped[1].floor_us == fastest
+    single = launch_floor.import_floors(tables[:1])                          # a lone plateau table: its own
+    assert single == own[:1]
+
+
+def test_settling_an_import_rewrites_the_device_time_of_its_tables():
+    frames = [pd.DataFrame({"op": "add", "single_call_us": np.r_[np.full(50, 30.0), np.linspace(40, 900, 50)],
+                            "median_us": 0.0, "host_floor_us": 0.0, "host_lead_us": 0.0}),
+              pd.DataFrame({"op": "conv2d", "single_call_us": np.linspace(90, 3000, 200), "median_us": 0.0,
+                            "host_floor_us": 0.0, "host_lead_us": 0.0}),
+              pd.DataFrame({"op": "gelu", "single_call_us": np.nan, "median_us": 7.0, "host_floor_us": np.nan,
+                            "host_lead_us": np.nan}, index=range(5))]       # a device time as given
+    launch_floor.settle_import(frames)
+    assert (frames[0]["host_floor_us"] == 30.0).all() and (frames[1]["host_floor_us"] == 30.0).all()
+    np.testing.assert_allclose(frames[1]["median_us"], frames[1]["single_call_us"] - 0.56 * 30.0)
+    assert frames[2]["median_us"].eq(7.0).all() and frames[2]["host_floor_us"].isna().all()
