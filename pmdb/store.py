@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import duckdb
-import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas (and numpy under it) loads when a query returns a frame or rows are inserted
+    import pandas as pd
 
 import pmdb
 from pmdb import migrator, op_coverage
@@ -73,11 +74,12 @@ def git_revision() -> str | None:
 
 
 def _json_default(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
+    np = sys.modules.get("numpy")  # a numpy value means numpy is loaded: no import for the others
+    if np is not None and isinstance(value, np.integer):
         return int(value)
-    if isinstance(value, (np.floating,)):
+    if np is not None and isinstance(value, np.floating):
         return float(value)
-    if isinstance(value, np.ndarray):
+    if np is not None and isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, (Path, datetime)):
         return str(value)
@@ -86,7 +88,9 @@ def _json_default(value: Any) -> Any:
 
 def to_json(value: Any) -> str | None:
     """JSON text for a JSON column (None, NaN and pandas' NA stay NULL)."""
-    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+    pandas = sys.modules.get("pandas")  # pandas' NA means pandas is loaded
+    if value is None or (pandas is not None and value is pandas.NA) or (isinstance(value, float)
+                                                                         and value != value):
         return None
     if isinstance(value, str):
         return value
@@ -299,6 +303,8 @@ class Store:
 
         Dict/list values of JSON columns are serialised. Returns the ``returning`` column's values, if asked.
         """
+        import pandas as pd
+
         frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
         if frame.empty:
             return []

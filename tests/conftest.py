@@ -25,11 +25,18 @@ if str(ROOT / "tests") not in sys.path:
 # Folders whose tests share a session fixture that costs tens of seconds of CPU (tests/shard: a real 2-rank
 # recording, sweeps and fits): `make test` runs each such folder on one worker, which builds the fixture once.
 ONE_WORKER_FOLDERS = ("tests/shard/",)
+# Modules sharing a session fixture that costs seconds of CPU, run on one worker for the same reason: the fault
+# tests' workspace fitted twice (tests/faults/conftest.py ``fitted_twice_once``).
+ONE_WORKER_MODULES = {module: "tests/faults/ (fitted twice)" for module in (
+    "tests/faults/test_mlflow_mirror.py", "tests/faults/test_registry_creation.py", "tests/faults/test_killed_fit.py")}
 
 
 def _work_unit(nodeid: str) -> str:
-    """The unit of work of `make test` a test belongs to: its module, or its :data:`ONE_WORKER_FOLDERS` folder."""
+    """The unit of work of `make test` a test belongs to: its module, its :data:`ONE_WORKER_MODULES` group, or its
+    :data:`ONE_WORKER_FOLDERS` folder."""
     module = nodeid.split("::", 1)[0]
+    if module in ONE_WORKER_MODULES:
+        return ONE_WORKER_MODULES[module]
     return next((folder for folder in ONE_WORKER_FOLDERS if module.startswith(folder)), module)
 
 

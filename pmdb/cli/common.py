@@ -5,15 +5,18 @@ import importlib
 import json
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-import pandas as pd
 import typer
 
 from pmdb.cli.text_table import Cutter, column_cells, cut, dropped_note, is_empty, layout, terminal_width
 from pmdb.config import Workspace, resolve_workspace
 from pmdb.errors import PmdbError
-from pmdb.store import Store
+
+if TYPE_CHECKING:  # pandas and the store (DuckDB) load when a command opens the store, not at start-up
+    import pandas as pd
+
+    from pmdb.store import Store
 
 ALL_ROWS_HINT = "--limit N or --format csv for all"
 LEGEND_LENGTH = 12  # values of a legend column longer than this are shown as [1], [2], ... in the table
@@ -58,6 +61,8 @@ def workspace(ctx: typer.Context) -> Workspace:
 
 
 def open_store(ctx: typer.Context, *, read_only: bool = False, create: bool = False) -> Store:
+    from pmdb.store import Store
+
     return Store.open(workspace(ctx), read_only=read_only, create=create)
 
 

@@ -13,26 +13,32 @@ from typing import Optional
 import typer
 
 import pmdb
-from pmdb.cli import collect as cli_collect
-from pmdb.cli import core as cli_core
-from pmdb.cli import doctor as cli_doctor
-from pmdb.cli import exchange as cli_exchange
-from pmdb.cli import fit as cli_fit
-from pmdb.cli import models as cli_models
-from pmdb.cli import plan as cli_plan
-from pmdb.cli import platform_specs as cli_platform_specs
-from pmdb.cli import predict as cli_predict
-from pmdb.cli import quickstart as cli_quickstart
-from pmdb.cli import report as cli_report
-from pmdb.cli import shard as cli_shard
 from pmdb.cli.common import click_exceptions
+from pmdb.cli.lazy import Entry, LazyGroup
 from pmdb.config import HOME_ENV, TRACKING_ENV, resolve_workspace
 from pmdb.errors import PmdbError
-from pmdb.store import failure_message, interruptions
 
 click_exc = click_exceptions()  # the click this typer runs on (its own copy in typer 0.29)
 
-app = typer.Typer(
+# The command table, in the order `pmdb --help` lists it: name -> the module whose ``register(app)`` adds it (with
+# the module's other commands) and the function or sub-app holding its help. A module is imported only when one of
+# its commands runs or shows its own help (pmdb.cli.lazy).
+COMMANDS = {name: Entry(f"pmdb.cli.{module}", attribute) for name, module, attribute in (
+    ("init", "core", "init"), ("platform", "core", "platform"), ("status", "core", "status"),
+    ("runs", "core", "runs"), ("sql", "core", "sql"), ("quickstart", "quickstart", "quickstart"),
+    ("predict", "predict", "predict"), ("errors", "predict", "errors"), ("ui", "models", "ui"),
+    ("shard", "shard", "shard"), ("report", "report", "report"),
+    ("platform-specs", "platform_specs", "platform_specs"), ("export", "exchange", "export"),
+    ("merge", "exchange", "merge"), ("doctor", "doctor", "doctor"), ("collect", "collect", "collect_app"),
+    ("fit", "fit", "fit_app"), ("plan", "plan", "plan_app"), ("models", "models", "models_app"))}
+
+
+class PmdbGroup(LazyGroup):
+    table = COMMANDS
+
+
+# The root app's settings (tests build the eagerly registered app from them to compare help texts).
+APP_SETTINGS = dict(
     name="pmdb",
     help="Performance-model database for ML training: collect microbenchmarks, collectives and workloads; fit "
          "kernel models; predict training-step time; query everything with SQL.",
@@ -40,10 +46,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-# The command table: each module adds its commands with ``register(app)``.
-COMMAND_MODULES = (cli_core, cli_quickstart, cli_collect, cli_fit, cli_plan, cli_predict, cli_models, cli_shard,
-                   cli_report, cli_platform_specs, cli_exchange, cli_doctor)
+app = typer.Typer(cls=PmdbGroup, **APP_SETTINGS)
 
 
 def _print_version(value: bool) -> None:
@@ -65,16 +68,14 @@ def _root(ctx: typer.Context,
     ctx.obj = resolve_workspace(home, tracking_uri)
 
 
-for _module in COMMAND_MODULES:
-    _module.register(app)
-
-
 def _sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # runs in progress are marked interrupted and what was stored is kept
 
 
 def _interrupted() -> int:
     """Say what an interruption kept (per interrupted run: its id and rows) and return 130."""
+    from pmdb.store import interruptions  # imported by then when a run was interrupted
+
     kept = interruptions() or ["what was measured so far is kept"]
     typer.echo(f"pmdb: interrupted; {'; '.join(kept)}", err=True)
     return 130
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, typer.Abort):
         return _interrupted()
     except Exception as exc:
+        from pmdb.store import failure_message
+
         message = failure_message(exc)  # a damaged store or a full disk: one line, not a traceback
         if message is None:
             raise

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import shutil
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
-import pandas as pd
+if TYPE_CHECKING:  # imported where cells are read, so that importing this module costs no pandas
+    import pandas as pd
 
 EMPTY = "-"         # None, NaN, NaT and <NA> all read like this
 ELLIPSIS = "…"
@@ -30,6 +31,8 @@ def terminal_width() -> int:
 
 def is_empty(value: Any) -> bool:
     """True for None, NaN, NaT and pandas' NA (lists and arrays are never empty cells)."""
+    import pandas as pd
+
     return bool(pd.api.types.is_scalar(value) and pd.isna(value))
 
 
@@ -77,6 +80,8 @@ def _float_cells(values: list[float]) -> list[str]:
 
 def column_cells(series: pd.Series) -> tuple[list[str], bool]:
     """The cells of one column as text, and whether it is numeric (right-aligned)."""
+    import pandas as pd
+
     values = series.tolist()
     empty = [is_empty(v) for v in values]
     numeric = pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype)

@@ -109,3 +109,11 @@ def registered_home(tmp_path_factory) -> Path:
 def home(tmp_path: Path, registered_home: Path) -> Path:
     """This test's own copy of :func:`registered_home` (a workspace with this machine registered)."""
     return copy_workspace(registered_home, tmp_path / "ws")
+
+
+@pytest.fixture(scope="session")
+def fitted_twice_once(tmp_path_factory):
+    """test_mlflow_mirror's workspace fitted twice, built once for the modules that copy it (tests/conftest.py runs
+    them on one worker): two fits and an MLflow store, seconds of CPU, no longer once per module."""
+    from .test_mlflow_mirror import build_fitted_twice
+    return build_fitted_twice(tmp_path_factory)

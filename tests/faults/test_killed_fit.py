@@ -14,7 +14,7 @@ from pmdb.config import Workspace
 from pmdb.store import Store
 
 from .test_mlflow_mirror import (  # noqa: F401
-    FIT, NAME, aliases, empty_mlflow_db, fitted_twice, mlflow_champion, mirror, ws)
+    FIT, NAME, aliases, fitted_twice, mlflow_champion, mirror, ws)
 
 # `pmdb` whose fit run dies by SIGKILL instead of being marked completed
 _KILLED_AT_COMPLETION = """

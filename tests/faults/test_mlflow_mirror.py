@@ -52,9 +52,8 @@ def refused(result: tuple[int, str, str], pattern: str) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def empty_mlflow_db(tmp_path_factory) -> Path:
-    """An empty MLflow sqlite store, created (and migrated) once: copying it saves seconds per test."""
+def _empty_mlflow_db(tmp_path_factory) -> Path:
+    """An empty MLflow sqlite store, created (and migrated)."""
     from fitters.registry import Registry
 
     ws = Workspace(tmp_path_factory.mktemp("mlflow_empty") / "ws")
@@ -63,10 +62,11 @@ def empty_mlflow_db(tmp_path_factory) -> Path:
     return ws.mlflow_db
 
 
-@pytest.fixture(scope="module")
-def fitted_twice(tmp_path_factory, empty_mlflow_db) -> Workspace:
-    """A workspace with 40 fully_connected timings (a known roofline law) and peaks, fitted twice: v1 and v2. Built
-    once per module; tests get copies (:func:`ws`)."""
+def build_fitted_twice(tmp_path_factory) -> tuple[Workspace, Path]:
+    """A workspace with 40 fully_connected timings (a known roofline law) and peaks, fitted twice: v1 and v2, and
+    the empty MLflow store it started from. Built once per test run (tests/faults/conftest.py ``fitted_twice_once``,
+    shared with the modules that import :func:`fitted_twice`); tests get copies (:func:`ws`)."""
+    empty_mlflow_db = _empty_mlflow_db(tmp_path_factory)
     ws = Workspace(tmp_path_factory.mktemp("fitted_twice") / "ws")
     rng = np.random.default_rng(0)
     with Store.open(ws, create=True) as store:
@@ -90,7 +90,19 @@ def fitted_twice(tmp_path_factory, empty_mlflow_db) -> Workspace:
     for _ in range(2):
         code, _, err = cli(ws.home, *FIT)
         assert code == 0, err
-    return ws
+    return ws, empty_mlflow_db
+
+
+@pytest.fixture
+def fitted_twice(fitted_twice_once) -> Workspace:
+    """:func:`build_fitted_twice`'s workspace (read only)."""
+    return fitted_twice_once[0]
+
+
+@pytest.fixture
+def empty_mlflow_db(fitted_twice_once) -> Path:
+    """An empty MLflow sqlite store, created (and migrated) once: copying it saves seconds per test (read only)."""
+    return fitted_twice_once[1]
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pmdb.config import Workspace
 
 from .conftest import Child, run_pmdb
 from .test_mlflow_mirror import (  # noqa: F401
-    FIT, NAME, aliases, empty_mlflow_db, fitted_twice, mirror, registered, ws)
+    FIT, NAME, aliases, fitted_twice, mirror, registered, ws)
 
 LIMIT = 400 * 1024   # MLflow's migrated sqlite store is about 950 kB: its creation cannot finish
 
