@@ -31,7 +31,7 @@ from simulator.engine import TimedOp, Timeline, simulate
 from simulator.replay import one_launch, replay_programs
 from pmdb.traces.graph import Op, Stream, TraceGraph
 from simulator.cache_levels import UNKNOWN, between, cold_share, levels_known
-from simulator.measured_shapes import ShapeMedians
+from simulator.measured_shapes import MINED, MINED_SELF, ShapeMedians
 from simulator.model_set import CACHE_PREFERENCE, CACHE_STATES, PAIRED, REUSE, ModelSet, Overheads
 from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
 
@@ -115,6 +115,7 @@ class ModelTiming:
         self.usage = Usage()
         self._time: dict[int, float] = {}
         self.priced_by: dict[int, str] = {}  # id(op) -> what priced it: 'name:version', 'roofline', ...
+        self.trace_set_id: int | None = None  # of the graph priced (rows mined from it price 'mined-self')
         self._comm: dict[tuple[tuple[str, int], float], float] = {}
 
     @property
@@ -126,7 +127,7 @@ class ModelTiming:
     # ---- batched prediction --------------------------------------------------------------------------------------
     def _collect(self, node: Op, rank: int, rows: list[_Row]) -> None:
         """Map a node; when no whole-op model covers it on a CPU, descend into its children."""
-        mapped = map_op(node)
+        mapped = self.models.priced_as(map_op(node), lambda m: self._was_measured(node, m))  # scalar ops: fallback
         if isinstance(mapped, Mapped) and mapped.op == "embedding_lookup":
             extra, tables = self.embedding.lookup(rank, node, mapped)
             if extra is not None and (self.models.kernel(mapped.op, mapped.pass_) is not None
@@ -200,8 +201,8 @@ class ModelTiming:
 
     def _was_measured(self, node: Op, mapped: Mapped) -> bool:
         """Whether the exact shape of an op no model covers was measured (it is then priced whole, not by its
-        nested ops)."""
-        if self.measured is None or self.threads is None:
+        nested ops); a microbenchmark counts at the predicted thread count, a mined GPU row at any."""
+        if self.measured is None:
             return False
         return self.measured.time(mapped.op, mapped.pass_, implementation(node, mapped), mapped.params,
                                   self.threads, self.default_state) is not None
@@ -217,8 +218,9 @@ class ModelTiming:
     def _exact(self, group: list[_Row], states: list[str], shares: np.ndarray | None) -> list[float | None]:
         """Per row, its measured time when its exact shape was microbenchmarked in every cache state the model
         would use (``states``: one, or cold and warm combined as the models are), else None; a measured row is
-        timed here (µs)."""
-        if self.measured is None or self.threads is None:
+        timed here (µs). An op priced by rows mined from GPU traces is also listed as fallback 'mined' or
+        'mined-self' (:mod:`simulator.measured_shapes`), with its traced device time."""
+        if self.measured is None:
             return [None] * len(group)
         out: list[float | None] = []
         for i, r in enumerate(group):
@@ -230,6 +232,9 @@ class ModelTiming:
             self._time[id(r.node)] = t
             self.priced_by[id(r.node)] = label
             self.usage.measured += 1
+            if label in (MINED, MINED_SELF):
+                traced = sum(_z(k.dur_us) for k in r.node.kernels if k.stream == Stream.COMPUTE)
+                self.usage.fell_back(r.node.name, label, traced, t)
             out.append(t)
         return out
 
@@ -247,8 +252,16 @@ class ModelTiming:
             times = [self.measured.embedding_time(r.mapped.pass_, r.implementation, r.tables or [], self.threads,
                                                   state) for state in states]
         else:
-            times = [self.measured.time(r.mapped.op, r.mapped.pass_, r.implementation, r.mapped.params,
-                                        self.threads, state) for state in states]
+            found = [self.measured.priced(r.mapped.op, r.mapped.pass_, r.implementation, r.mapped.params,
+                                          self.threads, state, self.trace_set_id) for state in states]
+            if any(f is None for f in found):
+                return None
+            times = [f[0] for f in found]
+            labels = {f[1] for f in found}
+            if len(times) == 1:
+                return float(times[0]), found[0][1]
+            if labels != {"measured"}:
+                return None   # cold and warm combined: microbenchmarks of both states only
         if any(t is None for t in times):
             return None
         if len(times) == 1:
@@ -408,6 +421,7 @@ class ModelTiming:
         """Per rank, the timed program of one iteration (all model calls batched over every rank)."""
         rows: list[_Row] = []
         self.embedding.reset()
+        self.trace_set_id = graph.trace_set_id
         for rank, rg in enumerate(graph.ranks):
             for op in rg.ops:
                 if not op.is_collective:

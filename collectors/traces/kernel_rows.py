@@ -153,15 +153,31 @@ def _dtype(node: Op) -> str:
     return "float32"
 
 
-def _params(mapped: Mapped) -> dict[str, float | int] | None:
-    """The mapped parameters as stored (whole numbers as int, as the collectors and importers store them); None
-    when one is not a finite number."""
+def stored_params(params: dict[str, Any]) -> dict[str, float | int] | None:
+    """Mapped parameters as a mined row stores them (whole numbers as int, as the collectors and importers store
+    them); None when one is not a finite number."""
     out: dict[str, float | int] = {}
-    for key, value in mapped.params.items():
+    for key, value in params.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
             return None
         out[key] = int(value) if float(value).is_integer() else float(value)
     return out
+
+
+def shape_key(op: str, pass_: str, params: dict[str, Any]) -> str | None:
+    """The exact shape of a mined row, or of a traced op the simulator prices: canonical JSON of (op, pass,
+    stored params); None when a parameter is not a finite number. Mined rows of one shape from any trace of the
+    platform share it (implementation, dtype and threads are not part of it: see
+    :class:`simulator.measured_shapes.ShapeMedians`)."""
+    stored = stored_params(params)
+    if stored is None:
+        return None
+    return json.dumps([op, pass_, stored], sort_keys=True, separators=(",", ":"))
+
+
+def _params(mapped: Mapped) -> dict[str, float | int] | None:
+    """The mapped parameters as stored (:func:`stored_params`)."""
+    return stored_params(mapped.params)
 
 
 def config_key(op: MinedOp) -> str:
