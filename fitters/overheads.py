@@ -51,11 +51,20 @@ HOST_BOUND_SHARE of it), every sample of that trace is scaled by unprofiled / pr
 unprofiled step was itself device-bound this is an upper bound of the host's pace (the H200 GPT-2 step: kernels
 163.7 of 168.8 ms, so its table prices the host at most as slow as it can have been). Such joint traces are used
 by default; joint traces without an unprofiled time only with ``include_joint`` (raw).
+
+The host's pace measured apart (``host_pace``, ``pmdb fit overheads --host-pace``; :mod:`fitters.host_pace`): given
+back-to-back timings of small eager ops measured WITHOUT a profiler on the same host and software, each GPU trace's
+scale is instead the median over the op names both hold of (unprofiled per-call host time) / (what the trace's raw
+table prices one call: T1 + T2 + T4 per launch + T5 + T3), never above the step's ratio where that applies (an upper
+bound) nor 1. On the H200 trace with ``h200_launch_floor.csv`` (same day, same torch): 5 op names (add, mul,
+softmax, layer_norm, linear), ratios 0.085-0.183, median 0.116 (the step's ratio: 0.290). Without a calibration, or
+with fewer than two matched op names, the step's ratio stays (the fallback); ``params['host_scale']`` records per
+trace which scale was used and why.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +72,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from fitters.host_pace import Calibration, calibrate, read_pace, unprofiled_pace
 from pmdb.traces.rows import load_kernels, load_ops, top_level_mask, top_level_of
 from pmdb import platform as platforms
 from pmdb.platform import Semantics
@@ -111,20 +121,50 @@ def _split(name: str, op_id: int, start: float, end: float, inner: pd.DataFrame)
     return rows
 
 
-def gpu_samples(ops: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
-    """T1-T5 of the top-level ops of a GPU trace (async_device semantics)."""
-    top = top_level_mask(ops)
+def _launches(ops: pd.DataFrame, kernels: pd.DataFrame, top: pd.Series) -> pd.DataFrame:
+    """The runtime calls that launch device work (kernels, copies, memsets), with the top-level op each lies in
+    (``top``; NaN for none)."""
     work = kernels[kernels["category"].isin(common().categories["work"])] if len(kernels) else kernels
     launch_ids = set(work["launch_op_id"].dropna().astype(int)) if len(work) else set()
     launches = ops[ops["op_id"].isin(launch_ids)]
+    return launches.assign(top=launches["op_id"].map(_top_owner(ops, top)))
+
+
+def gpu_samples(ops: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+    """T1-T5 of the top-level ops of a GPU trace (async_device semantics)."""
+    top = top_level_mask(ops)
+    launches = _launches(ops, kernels, top)
     rows = t1_samples(ops, top)
     rows += [(n, "T4", int(i), float(d)) for n, i, d in zip(launches["name"], launches["op_id"], launches["dur_us"])]
-    owner = _top_owner(ops, top)
-    by_top = launches.assign(top=launches["op_id"].map(owner)).dropna(subset=["top"]).groupby("top")
-    groups = {int(k): g for k, g in by_top}
+    groups = {int(k): g for k, g in launches.dropna(subset=["top"]).groupby("top")}
     for op_id, name, start, dur in ops.loc[top, ["op_id", "name", "start_us", "dur_us"]].itertuples(index=False):
         rows += _split(name, int(op_id), start, start + dur, groups.get(int(op_id), launches.iloc[:0]))
     return _samples(rows)
+
+
+def call_prices(stats: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame, names: set[str]) -> dict[str, float]:
+    """What an overhead table (``stats``: :func:`iqr_summary` of one GPU trace's samples) prices one top-level call
+    of each op name in ``names`` on the host, as the simulator composes it: T1 + T2 + the T4 of each of its launches
+    + T5 between them + T3 (T1 + T5 without launches; a kind the table lacks: its median over op names); the median
+    over the trace's calls of that name (µs)."""
+    table = stats.set_index(["op_name", "kind"])["mean_us"]
+    typical = stats.groupby("kind")["mean_us"].median()
+
+    def get(name: str, kind: str) -> float:
+        value = table.get((name, kind))
+        return float(value) if value is not None else float(typical.get(kind, 0.0))
+
+    top = top_level_mask(ops)
+    calls = ops[top & ops["name"].isin(names)]
+    apis = {int(k): v for k, v in _launches(ops, kernels, top).dropna(subset=["top"]).groupby("top")["name"]
+            .agg(list).items()}
+    prices: dict[str, list[float]] = {}
+    for op_id, name in zip(calls["op_id"].astype(int), calls["name"]):
+        launched = apis.get(op_id, [])
+        own = (get(name, "T2") + get(name, "T3") + sum(get(a, "T4") for a in launched)
+               + get(name, "T5") * (len(launched) - 1)) if launched else get(name, "T5")
+        prices.setdefault(name, []).append(get(name, "T1") + own)
+    return {name: float(np.median(values)) for name, values in prices.items()}
 
 
 def cpu_samples(ops: pd.DataFrame) -> pd.DataFrame:
@@ -157,16 +197,24 @@ def iqr_summary(samples: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["op_name", "kind", "mean_us", "std_us", "count"])
 
 
+STEP, CALIBRATED, NONE = "unprofiled/profiled step", "back-to-back calibration", "none"
+
+
 @dataclass(frozen=True)
 class HostScale:
-    """How one Kineto trace's host-side samples are corrected: ``scale`` = unprofiled / profiled iteration when the
-    profiled iteration was host-bound (device busy share under HOST_BOUND_SHARE), else 1. Times µs."""
+    """How one Kineto trace's host-side samples are corrected (``method``, and ``why``): ``scale`` = unprofiled /
+    profiled iteration when the profiled iteration was host-bound (device busy share under HOST_BOUND_SHARE), the
+    back-to-back calibration (:mod:`fitters.host_pace`) where one was given, else 1. Times µs."""
 
     trace_id: int
     profiled_us: float | None     # median profiled iteration of the trace
     unprofiled_us: float | None   # the set's unprofiled iteration, given at import
     device_busy: float | None     # device work (kernels, copies, memsets) / profiled iterations
     scale: float = 1.0
+    method: str = NONE
+    why: str = ""
+    step_scale: float | None = None          # unprofiled / profiled iteration where it applies (an upper bound)
+    calibration: dict[str, Any] | None = None  # host_pace.Calibration.record()
 
 
 def host_scale(store: Store, trace_id: int) -> HostScale:
@@ -184,10 +232,28 @@ def host_scale(store: Store, trace_id: int) -> HostScale:
     r = row.iloc[0]
     unprofiled, profiled = _num(r["unprofiled"]), _num(r["profiled"])
     busy = None if _num(r["total"]) is None else (_num(r["busy"]) or 0.0) / float(r["total"])
-    scale = 1.0
-    if unprofiled and profiled and busy is not None and busy < HOST_BOUND_SHARE:
-        scale = min(1.0, unprofiled / profiled)
-    return HostScale(int(trace_id), profiled, unprofiled, busy, scale)
+    if not (unprofiled and profiled):
+        return HostScale(int(trace_id), profiled, unprofiled, busy, why="no unprofiled iteration time (--measured-ms)")
+    if busy is None or busy >= HOST_BOUND_SHARE:
+        return HostScale(int(trace_id), profiled, unprofiled, busy,
+                         why=f"the profiled iteration was not host-bound (device busy >= {HOST_BOUND_SHARE:.0%})")
+    scale = min(1.0, unprofiled / profiled)
+    return HostScale(int(trace_id), profiled, unprofiled, busy, scale, STEP,
+                     "host-bound profiled iteration: the host path fits in the unprofiled step (an upper bound of "
+                     "the host's pace when that step is device-bound)", scale)
+
+
+def calibrated(scaled: HostScale, calibration: Calibration) -> HostScale:
+    """``scaled`` with the back-to-back calibration's scale where it has one, never above the step's ratio (the
+    host path cannot exceed the unprofiled step) nor 1; else ``scaled`` (the fallback) with the reason recorded."""
+    record = calibration.record()
+    if calibration.scale is None:
+        return replace(scaled, calibration=record, why=f"{scaled.why}; no back-to-back calibration: {calibration.why}")
+    bound = scaled.step_scale if scaled.step_scale is not None else 1.0
+    why = f"{calibration.why} ({calibration.source}): the host's unprofiled pace measured apart from this step"
+    if calibration.scale > bound:
+        why += f"; capped at {bound:.3f} (the unprofiled/profiled step ratio, an upper bound)"
+    return replace(scaled, scale=min(calibration.scale, bound), method=CALIBRATED, why=why, calibration=record)
 
 
 def _num(value: Any) -> float | None:
@@ -216,9 +282,15 @@ def require_traces(store: Store, platform: str, include_joint: bool = False) -> 
     return traces
 
 
-def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bool = False) -> dict[str, Any]:
-    """Extract, filter and store a new overhead version of ``platform``; returns a summary (version, counts)."""
+def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bool = False,
+                  host_pace: Path | None = None) -> dict[str, Any]:
+    """Extract, filter and store a new overhead version of ``platform``; returns a summary (version, counts).
+    ``host_pace``: back-to-back timings measured without a profiler on the host that recorded the traces; each GPU
+    trace's samples are then scaled by their calibration (:func:`calibrated`) instead of the step's ratio."""
     semantics = platforms.load(store, platform).semantics
+    if host_pace is not None and semantics is Semantics.SYNC_HOST:
+        raise PmdbError(f"--host-pace calibrates a GPU's profiled host path; {platform} is a CPU platform")
+    pace = None if host_pace is None else unprofiled_pace(read_pace(host_pace))
     traces = require_traces(store, platform, include_joint)
     parts, scales = [], []
     for trace_id in tqdm(traces["trace_id"].astype(int), desc="extracting overheads", unit="trace", disable=None):
@@ -226,8 +298,12 @@ def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bo
         if semantics is Semantics.SYNC_HOST:
             found = cpu_samples(ops)
         else:
-            found = gpu_samples(ops, load_kernels(store, trace_id))
+            kernels = load_kernels(store, trace_id)
+            found = gpu_samples(ops, kernels)
             scaled = host_scale(store, trace_id)
+            if pace is not None:
+                prices = call_prices(iqr_summary(found), ops, kernels, set(pace))
+                scaled = calibrated(scaled, calibrate(Path(host_pace).name, pace, prices))
             found["value_us"] = found["value_us"] * scaled.scale
             scales.append(asdict(scaled))
         parts.append(found.assign(trace_id=trace_id))
@@ -236,8 +312,10 @@ def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bo
     t1_min = CPU_T1_MIN_US if semantics is Semantics.SYNC_HOST else T1_MIN_US
     params = {"t1_window_us": [t1_min, T1_MAX_US], "iqr_factor": IQR_FACTOR, "include_joint": include_joint,
               "scope": "every cpu_op" if semantics is Semantics.SYNC_HOST else "top-level ops"}
+    if host_pace is not None:
+        params["host_pace"] = Path(host_pace).name
     if scales:
-        params["host_scale"] = scales   # per trace: profiled / unprofiled iteration (µs), device busy, scale
+        params["host_scale"] = scales   # per trace: profiled / unprofiled iteration (µs), device busy, scale, method
     version = int(store.insert_one("overhead_versions", {
         "run_id": run_id, "platform": platform, "semantics": semantics.value,
         "trace_ids": traces["trace_id"].astype(int).tolist(), "params": params}, returning="overhead_version"))
