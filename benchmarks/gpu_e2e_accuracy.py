@@ -8,8 +8,8 @@ From an empty workspace, every step an ordinary pmdb command (printed as it runs
    (`pmdb fit cross-gpu --target L4`, trained on the five table GPUs); kernel models are fitted on kernel tables
    only, never on the labels;
 3. today's GPU host path: the shared H200 trace (torch 2.11, Kineto + ET in one pass) imported with its unprofiled
-   step time (`--measured-ms` from its run.json) and its T1-T5 fitted (the profiled host path scaled to the
-   unprofiled step, fitters/overheads.py); the labelled GPUs have no traces here, so their predictions borrow this
+   step time (`--measured-ms` from its run.json) and its T1-T5 fitted as the shipped sample is (the profiled host
+   path scaled by the host's pace measured apart, `--host-pace` h200_launch_floor.csv: fitters/host_pace.py); the labelled GPUs have no traces here, so their predictions borrow this
    table as the default lender (no `--overheads-from`), and the results name the lender;
 4. each labelled model captured shape-only on this CPU (`pmdb collect workload transformer --graph-only`), the labels
    imported (`pmdb collect import-e2e`), and each capture predicted on each GPU (`pmdb predict --target-platform`);
@@ -41,6 +41,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 V100, L4, LENDER = "tesla-v100-pcie-32gb", "nvidia-l4", "nvidia-h200"
 H200_TRACE = Path("traces") / "gpu" / "h200_gpt2_large"
 H200_SHEET = Path("gpu_kernels") / "device_configs_extra" / "NVIDIA_H200.json"
+HOST_PACE = Path("gpu_kernels") / "h200_launch_floor.csv"
 LABEL_DIRS = {V100: "Tesla_V100-PCIE-32GB", L4: "NVIDIA_L4"}
 TABLE_DIRS = ("NVIDIA_A100-PCIE-40GB", "Tesla_P100-PCIE-16GB", "Tesla_P4", "Tesla_T4", "Tesla_V100-PCIE-32GB")
 TABLE_PLATFORMS = {"NVIDIA_A100-PCIE-40GB": "nvidia-a100-pcie-40gb", "Tesla_P100-PCIE-16GB": "tesla-p100-pcie-16gb",
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     pmdb(home, "platform-specs", str(args.shared / H200_SHEET), log=log)
     pmdb(home, "collect", "trace", "--kineto", str(h200 / "kineto.json.gz"), "--et", str(h200 / "et.json.gz"),
          "--platform", LENDER, "--workload", "h200_gpt2_large", "--measured-ms", str(unprofiled_ms), log=log)
-    pmdb(home, "fit", "overheads", "--platform", LENDER, log=log)
+    pmdb(home, "fit", "overheads", "--platform", LENDER, "--host-pace", str(args.shared / HOST_PACE), log=log)
     for platform, folder in LABEL_DIRS.items():
         files = [labels / folder / f"{model}-train-{seq}-{batch}.json" for model, seq, batch in RUNS]
         pmdb(home, "collect", "import-e2e", *map(str, files), "--format", "neusight", "--platform", platform,
@@ -152,7 +153,8 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
              f"(fw = model call, bw = loss.backward(), step = fw + bw; mean of the 5 fastest of 25). Kernel models "
              f"fitted on the NeuSight kernel tables only (V100: its own tables; L4: cross-GPU models from the five "
              f"table GPUs and the L4's spec sheet). Host overheads (T1-T5): the default lender, today's host path "
-             f"from the H200 trace (torch 2.11; its profiled host path scaled to the unprofiled step).", "",
+             f"from the H200 trace (torch 2.11; its profiled host path scaled by the host pace of "
+             f"h200_launch_floor.csv).", "",
              "| GPU | run | label fw / bw / step ms | pmdb fw / bw / step ms | fw err | bw err | step err | "
              "NeuSight | Habitat | target | lender | roofline-priced work | unpriced ops |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -32,6 +32,8 @@ ELEMENTWISE: dict[str, dict[str, tuple[float, float]]] = {
     "softmax": {"fwd": (174, 2), "bwd": (2, 4)},
     "add": {"fwd": (1, 3), "bwd": (1, 3)}, "sub": {"fwd": (1, 3), "bwd": (1, 3)},
     "mul": {"fwd": (1, 3), "bwd": (1, 3)}, "div": {"fwd": (1, 3), "bwd": (1, 3)},
+    # a tensor with a scalar (pmdb.traces.opmap.SCALAR_OPERAND): one tensor read, one written
+    "add_scalar": {"fwd": (1, 2), "bwd": (1, 2)}, "mul_scalar": {"fwd": (1, 2), "bwd": (1, 2)},
     "sum": {"fwd": (1, 1), "bwd": (0, 2)},
     "binary_cross_entropy": {"fwd": (7, 3), "bwd": (4, 3)}, "bce": {"fwd": (7, 3), "bwd": (4, 3)},
     "dropout": {"fwd": (2, 3), "bwd": (2, 3)},

@@ -13,6 +13,7 @@ from collectors import gpu_specs
 from pmdb.errors import PmdbError
 from pmdb.platform import Semantics
 from pmdb.store import Store
+from pmdb.traces.opmap import Mapped, fallback
 from simulator.measured_shapes import MEASURED, MODELS
 
 
@@ -86,6 +87,16 @@ class ModelSet:
         """The model of (op, pass): of that implementation when given and present, else 'torch', else any."""
         key = self._key(op, pass_, implementation)
         return None if key is None else self.kernels[key]
+
+    def priced_as(self, mapped: Any, measured: Callable[[Mapped], bool] = lambda m: False) -> Any:
+        """The mapping whose model prices an op: ``mapped`` where this set has its model (or ``measured`` says its
+        exact shape was measured), else its fallback where that has one (a scalar-operand mul without a mul_scalar
+        model is priced by mul's, :func:`pmdb.traces.opmap.fallback`), else ``mapped`` (the roofline then prices it
+        by its own name). NO_WORK and None pass through."""
+        other = fallback(mapped) if isinstance(mapped, Mapped) else None
+        if other is None or self.kernel(mapped.op, mapped.pass_) is not None or measured(mapped):
+            return mapped
+        return other if self.kernel(other.op, other.pass_) is not None or measured(other) else mapped
 
     def warm_partner(self, op: str, pass_: str, implementation: str | None = None) -> ModelRef | None:
         """In a blended set, the warm model paired with :meth:`kernel`'s (cold) one."""

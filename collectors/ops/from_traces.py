@@ -23,7 +23,7 @@ from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
 from pmdb.traces.graph import Op, TraceGraph
-from pmdb.traces.opmap import Mapped, map_op
+from pmdb.traces.opmap import Mapped, fallback, map_op
 from pmdb.traces.opmap import implementation as traced_implementation
 from pmdb.traces.state_values import OPTIONAL
 
@@ -91,6 +91,8 @@ def _leaves(node: Op, specs: dict[str, OpSpec]) -> Iterator[tuple[Op, Mapped | N
     """(op, mapping) of the ops a CPU prediction times: the op when it maps to a measured op, else its nested ops
     (depth first); leaves that map to nothing measurable come with their mapping or None."""
     mapped = map_op(node)
+    if isinstance(mapped, Mapped) and mapped.op not in specs and (other := fallback(mapped)) and other.op in specs:
+        mapped = other   # a scalar-operand mul without a catalogue op of its own: the two-tensor one
     if isinstance(mapped, Mapped) and mapped.op in specs:
         yield node, mapped
     elif node.sub:

@@ -3,7 +3,8 @@
 The parameter names are those of ``collectors/ops`` (method.md section 3): fully_connected/bmm B, M, N, K;
 conv2d B, H (input side + 2·pad), IC, OC, stride, dilation, FH, FW, is_depthwise, pad; conv1d B, L, IC, OC, groups,
 FW; batch_norm B, H, C; layer_norm B, M, N; element-wise ops M, N (sqrt also Z, the share of exact zeros it
-reads, when recorded: :mod:`pmdb.traces.state_values`); dropout B, M, N, p; concat M, N, K; memcpy M, N;
+reads, when recorded: :mod:`pmdb.traces.state_values`; a mul or add with a scalar operand is mul_scalar / add_scalar,
+:data:`SCALAR_OPERAND`); dropout B, M, N, p; concat M, N, K; memcpy M, N;
 tril B, M, N, diag; embedding_lookup B, T (per-table statistics come from the store); embedding (dense) V, D, N.
 Backward ops are autograd nodes (``autograd::engine::evaluate_function: XBackward0``) whose sizes are read from the
 gradient and the nested ops.
@@ -70,6 +71,11 @@ lerp_ sqrt_ div_ mul_ add_ copy_ clone _foreach_add_ _foreach_mul_ _foreach_addc
 _foreach_lerp_ _foreach_sqrt _foreach_div_ _foreach_zero_ rand randn normal_ uniform_ random_ randint arange bernoulli_
 index_select gather scatter_add_ index_add_ cumsum eq ne gt lt ge le tril_indices""".split())
 COPY_OPS = frozenset({"copy_", "clone", "_to_copy", "contiguous", "to"})
+# a binary op with a Python-scalar or 0-dim operand runs the scalar kernel: it reads one tensor and writes one (2
+# passes, NeuSight's addu/mulu tables), not two and one. pmdb's div and pow already mean the scalar forms (divu, powu);
+# in-place ops keep their own (in-place) models. A platform without the scalar op's model prices it by FALLBACK's.
+SCALAR_OPERAND = {"add": "add_scalar", "mul": "mul_scalar"}
+FALLBACK = {scalar: op for op, scalar in SCALAR_OPERAND.items()}
 
 
 def _dims(shape: Any) -> list[int] | None:
@@ -85,6 +91,22 @@ def _tensors(shapes: list[Any]) -> list[list[int]]:
 
 def _numel(shape: list[int]) -> int:
     return math.prod(shape) if shape else 1
+
+
+def _scalar_operand(shapes: list[Any]) -> bool:
+    """Whether a binary op's two operands are one tensor and one scalar (a Python number or a 0-dim tensor: both
+    record an empty shape)."""
+    if len(shapes) < 2:
+        return False
+    first, second = shapes[0], shapes[1]
+    return (first == [] and _dims(second) is not None) or (_dims(first) is not None and second == [])
+
+
+def fallback(mapped: Mapped) -> Mapped | None:
+    """The op whose model prices ``mapped`` where the platform has none of its own (a scalar-operand add or mul: the
+    two-tensor op's), or None."""
+    op = FALLBACK.get(mapped.op)
+    return None if op is None else Mapped(op, mapped.pass_, mapped.params)
 
 
 def _rows_cols(shape: list[int]) -> dict[str, float]:
@@ -361,7 +383,8 @@ def _backward(op: Op) -> Mapped | object | None:
         if not work:   # the gradient passes through unchanged: no kernel, only the node's own overhead
             return NO_WORK
         if base == "Mul" and [_short(name) for name in work] == ["mul"]:   # one operand needs a gradient
-            return Mapped("mul", "fwd", _rows_cols(grad))
+            scalar = _scalar_operand(_child(op, ("mul",)) or [])   # grad times a scalar: the scalar kernel
+            return Mapped(SCALAR_OPERAND.get("mul", "mul") if scalar else "mul", "fwd", _rows_cols(grad))
     lowered = {"Threshold": "relu", "Relu": "relu", "Gelu": "gelu", "Tanh": "tanh", "Sigmoid": "sigmoid",
                "Softmax": "softmax", "LogSoftmax": "softmax", "Add": "add", "Mul": "mul"}
     if base in lowered:
@@ -436,7 +459,10 @@ def map_op(op: Op) -> Mapped | object | None:
         params = _rows_cols(shape)
         if op.zero_frac > 0:  # a value-sensitive op given its share (pmdb.traces.state_values.annotate)
             params[ZERO_SHARE] = op.zero_frac
-        return Mapped(ELEMENTWISE.get(short, short.rstrip("_")), "fwd", params)
+        name = ELEMENTWISE.get(short, short.rstrip("_"))
+        if short in SCALAR_OPERAND and _scalar_operand(op.input_shapes):
+            name = SCALAR_OPERAND[short]
+        return Mapped(name, "fwd", params)
     return None
 
 

@@ -80,6 +80,18 @@ def test_to_config_rounds_and_refuses_what_the_spec_cannot_build():
         to_config(catalogue.get("bmm"), {"M": 4.0, "N": 4.0})
 
 
+def test_a_scalar_operand_mul_is_measured_as_the_catalogue_mul():
+    """The catalogue has no mul_scalar: a traced 0.5 * x is measured by the two-tensor mul's benchmark, as before."""
+    from collectors.ops.from_traces import _leaves
+    from pmdb.traces.graph import Op
+    from pmdb.traces.opmap import Mapped
+
+    specs = catalogue.load()
+    assert "mul_scalar" not in specs
+    node = Op("aten::mul", input_shapes=[[64, 8], []])
+    assert list(_leaves(node, specs)) == [(node, Mapped("mul", "fwd", {"M": 64, "N": 8}))]
+
+
 def test_cli_measures_the_traced_shapes_once(traced_copy, capsys):
     ws, run_id = traced_copy
     home = ["--home", str(ws.home), "collect", "ops", "--from-run", run_id, "--no-progress", "--no-peaks",

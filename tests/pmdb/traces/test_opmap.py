@@ -37,6 +37,15 @@ BWD = "autograd::engine::evaluate_function: "
      Mapped("add_", "fwd", {"M": 32 * 16 + 32, "N": 1})),
     (Op("aten::binary_cross_entropy", input_shapes=[[64, 1], [64, 1], [], []]),
      Mapped("binary_cross_entropy", "fwd", {"M": 64, "N": 1})),
+    # a scalar operand (a Python number or a 0-dim tensor: an empty shape) is the scalar kernel (GPT-2's 0.5 * x)
+    (Op("aten::mul", input_shapes=[[1, 1024, 5120], []]), Mapped("mul_scalar", "fwd", {"M": 1024, "N": 5120})),
+    (Op("aten::mul", input_shapes=[[], [4, 8]]), Mapped("mul_scalar", "fwd", {"M": 4, "N": 8})),
+    (Op("aten::add", input_shapes=[[4, 8], [], []]), Mapped("add_scalar", "fwd", {"M": 4, "N": 8})),
+    (Op("aten::add", input_shapes=[[2, 20, 8, 8], [2, 1, 8, 8], []]), Mapped("add", "fwd", {"M": 320, "N": 8})),
+    (Op("aten::mul", input_shapes=[[], []]), Mapped("mul", "fwd", {"M": 1, "N": 1})),
+    # pmdb's div is already the scalar form; in-place ops keep their own models
+    (Op("aten::div", input_shapes=[[4, 8], []]), Mapped("div", "fwd", {"M": 4, "N": 8})),
+    (Op("aten::mul_", input_shapes=[[4, 8], []]), Mapped("mul_", "fwd", {"M": 4, "N": 8})),
 ])
 def test_forward_ops(op, expected):
     assert map_op(op) == expected
@@ -79,11 +88,13 @@ def test_backward_nodes_read_gradient_and_nested_ops():
                                                      ("aten::bmm", [[256, 7, 7], [256, 7, 64]])])
     assert map_op(interaction) == Mapped("bmm", "bwd", {"B": 256, "M": 7, "N": 7, "K": 64})
     # element-wise gradients as recorded: a pass-through add is no work, a mul with one operand needing a gradient
-    # is one multiplication, with both the two the microbenchmark's backward runs
+    # is one multiplication (by a scalar: the scalar kernel), with both the two the microbenchmark's backward runs
     assert map_op(Op(BWD + "AddBackward0", children=[("AddBackward0", [[64, 8, 64]])])) is NO_WORK
     one = Op(BWD + "MulBackward0", children=[("MulBackward0", [[64, 8]]), ("aten::mul", [[64, 8], []]),
                                              ("aten::to", [[], [], []])])
-    assert map_op(one) == Mapped("mul", "fwd", {"M": 64, "N": 8})
+    assert map_op(one) == Mapped("mul_scalar", "fwd", {"M": 64, "N": 8})
+    by_tensor = Op(BWD + "MulBackward0", children=[("MulBackward0", [[64, 8]]), ("aten::mul", [[64, 8], [64, 8]])])
+    assert map_op(by_tensor) == Mapped("mul", "fwd", {"M": 64, "N": 8})
     two = Op(BWD + "MulBackward0", children=[("MulBackward0", [[64, 8]]), ("aten::mul", [[64, 8], [64, 8]]),
                                              ("aten::mul", [[64, 8], [64, 8]])])
     assert map_op(two) == Mapped("mul", "bwd", {"M": 64, "N": 8})
