@@ -113,8 +113,9 @@ if [ "$HAVE_MLFLOW" = 1 ]; then
     step fit pmdb fit --all --budget-minutes "$BUDGET" --no-progress --summary
     step fit-overheads pmdb fit overheads
     step model pmdb predict --all --mode model
+    step model-fitted pmdb predict --all --mode model --kernels models
 else
-    for name in fit fit-overheads model; do skip "$name" "MLflow is not importable here"; done
+    for name in fit fit-overheads model model-fitted; do skip "$name" "MLflow is not importable here"; done
 fi
 
 GPU=$("$PY" -c "import torch, re; print(re.sub('[^a-z0-9]+', '-', torch.cuda.get_device_name(0).lower()).strip('-') if torch.cuda.is_available() else 'cpu')")

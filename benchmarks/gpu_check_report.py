@@ -106,8 +106,11 @@ def report(workspace: Path, log: Path | None) -> str:
              "over rows); `trace` rows are GPU kernels mined from the traces.", "",
              markdown_table(rows), "",
              "## Predictions", "",
-             "Replay (the trace's own times) and model mode (fitted models and overheads) against the measured "
-             "step; error in %.", "", markdown_table(predictions), ""]
+             "Replay (the trace's own times) and model mode against the measured step; error in %. Model mode "
+             "runs twice per trace set: first with exact shapes priced by their microbenchmarks or by rows mined "
+             "from the traces (`--kernels measured`: in-sample where mined from the same trace, counted in "
+             "self_priced_share), then by the fitted models alone (`--kernels models`).", "",
+             markdown_table(predictions), ""]
     return "\n".join(lines)
 
 

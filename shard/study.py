@@ -107,15 +107,21 @@ def _groups(task: ShardTask, plans: list[Plan]) -> dict[tuple, list[Plan]]:
     return out
 
 
+def plan_predictor(store: Store, platform: str, settings: StudySettings, world_size: int) -> PlanPredictor:
+    """The session a study of ``settings`` at ``world_size`` predicts its plans with (refuses, with one line, a
+    platform without the models a placement changes)."""
+    return PlanPredictor(store, platform, world_size, models=settings.models, cache_state=settings.cache_state,
+                         overhead_version=settings.overhead_version, threads=settings.run.threads)
+
+
 def run_study(store: Store, platform: str, task: ShardTask, settings: StudySettings, run_id: str,
-              progress: Callable[[str], None] | None = None) -> StudyResult:
-    """Run one study under the 'shard' run ``run_id`` and store it; the ranked plans and verdict."""
+              progress: Callable[[str], None] | None = None, predictor: PlanPredictor | None = None) -> StudyResult:
+    """Run one study under the 'shard' run ``run_id`` and store it; the ranked plans and verdict. ``predictor``:
+    the study's session when the caller built it to check the request (:func:`plan_predictor`)."""
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     plans = build_plans(task, settings.sharders, settings.plan_files, settings.run.seed)
-    predictor = PlanPredictor(store, platform, task.world_size, models=settings.models,
-                              cache_state=settings.cache_state, overhead_version=settings.overhead_version,
-                              threads=settings.run.threads)
+    predictor = predictor or plan_predictor(store, platform, settings, task.world_size)
     first = settings.run.warmup
     stats = table_stats(task, settings.run.seed, range(first, first + settings.stats_batches))
     args = {"shard_run": run_id, "task": task.task_id}

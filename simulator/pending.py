@@ -11,13 +11,14 @@ made again).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from pmdb.store import Store
 from simulator.measured_shapes import MEASURED, latest_measurement
 from simulator.model_set import BLEND, Overheads, choose_collectives, collective_choice, parse_spec
+from simulator.request import PredictionRequest
 from simulator.semantics import RULES_VERSION
 
 
@@ -91,3 +92,14 @@ def pending_imports(store: Store, platform: str | None, models: str = "champion"
         if int(ts) not in fresh[target]:
             out.append(PendingTraceSet(int(ts), target))
     return out
+
+
+def pending_requests(store: Store, request: PredictionRequest, platform: str) -> list[PredictionRequest]:
+    """What ``predict --all`` with ``request``'s options predicts, one request each: the pending workload runs of
+    ``platform`` (:func:`pending_runs`), then the pending imported trace sets of the request's target, or of every
+    platform each on its own (:func:`pending_imports`)."""
+    runs = pending_runs(store, platform, request.models, request.cache_state, request.kernels)
+    imports = pending_imports(store, request.target_platform, request.models, request.cache_state,
+                              runs_platform=platform, kernels=request.kernels)
+    return [replace(request, workload_run_id=r) for r in runs] + [
+        replace(request, trace_set_id=p.trace_set_id, target_platform=p.platform) for p in imports]

@@ -9,11 +9,12 @@ import pandas as pd
 
 from pmdb.errors import PmdbError
 from pmdb.store import Store
-from pmdb.traces.set_rows import known_ids, trace_set_info
+from pmdb.traces.set_rows import trace_set_info
 from simulator.engine import SimResult
 from simulator.model_set import ModelSelection
 from simulator.semantics import RULES_VERSION
 
+SELF_PRICED_FALLBACKS = ("trace", "mined-self")  # fallbacks that price an op by the predicted trace's own times
 SELF_PRICED_LIMIT = 0.5  # a model-mode prediction with more of its work priced by its own trace is not a model result
 
 
@@ -60,10 +61,12 @@ class Prediction:
     @property
     def self_priced_share(self) -> float | None:
         """Model mode: share of the predicted work (µs over ranks and streams) priced by the predicted trace's own
-        durations (ops that kept their traced time): replay, not a model. None in replay mode."""
+        durations (ops that kept their traced time, or priced by rows mined from this very trace set:
+        'mined-self'): replay, not a model. None in replay mode."""
         if self.mode != "model":
             return None
-        return float(sum(r.get("predicted_share") or 0.0 for r in self.unmodelled if r.get("fallback") == "trace"))
+        return float(sum(r.get("predicted_share") or 0.0 for r in self.unmodelled
+                         if r.get("fallback") in SELF_PRICED_FALLBACKS))
 
     @property
     def self_priced(self) -> bool:
@@ -139,14 +142,16 @@ def trace_set_for_run(store: Store, workload_run_id: str) -> int:
 
 
 def ground_truth(store: Store, trace_set_id: int, target_platform: str, mode: str,
-                 workload_run_id: str | None = None) -> tuple[str | None, float | None]:
+                 workload_run_id: str | None = None, *, info: dict[str, Any] | None = None
+                 ) -> tuple[str | None, float | None]:
     """(workload run id, measured µs) a prediction is judged against.
 
     Replay reproduces the traced execution, so it is judged against the trace's own median iteration time.
     Model mode is judged against a measured workload run (the given one, else the latest run of the trace set's
-    workload on the target platform), falling back to the trace's own time when there is none.
+    workload on the target platform), falling back to the trace's own time when there is none. ``info``: the trace
+    set's row, when already read (:func:`pmdb.traces.set_rows.trace_set_info`).
     """
-    info = trace_set_info(store, trace_set_id)
+    info = trace_set_info(store, trace_set_id) if info is None else info
     own = None if pd.isna(info.get("measured_us")) else float(info["measured_us"])
     if mode == "replay":
         return None, own
@@ -161,17 +166,3 @@ def ground_truth(store: Store, trace_set_id: int, target_platform: str, mode: st
         if row is not None:
             return row[0], float(row[1])
     return None, own if info["platform"] == target_platform else None
-
-
-def prediction_platform(store: Store, target_platform: str | None, trace_set_id: int | None,
-                        workload_run_id: str | None) -> str:
-    """The platform a prediction runs for: the named target (must exist), else the platform the trace set (or the
-    workload run's trace set) was recorded on. Checks the ids before any run row is made; never detects this machine
-    (a replay of an imported trace needs no torch)."""
-    from pmdb import platform as platforms
-
-    if workload_run_id is not None:
-        trace_set_id = trace_set_for_run(store, workload_run_id)
-    source = str(trace_set_info(store, int(trace_set_id))["platform"])
-    return source if target_platform is None else platforms.load(store, target_platform).name
-

@@ -18,9 +18,10 @@ from simulator.session import PredictionSession
 from simulator.store_rows import ModelUse, Prediction, store_derived_trace_set, store_prediction
 from simulator.timing import ModelTiming
 from simulator.whatif import scale_batch
-from simulator.whatif_parallel import (COMM_OP, FLOAT_BYTES, CommPricer, LinkFigures, ModelDims, ParallelSpec,
-                                       Schedule, check, chunk, forward_parameters, gradient_buckets, megatron_fusions,
-                                       model_dims, one_f_one_b, split_stages, tensor_parallel)
+from simulator.whatif_parallel import (COMM_OP, CommPricer, LinkFigures, ModelDims, ParallelSpec, Schedule, check,
+                                       chunk, forward_parameters, gradient_buckets, megatron_fusions, model_dims,
+                                       one_f_one_b, pipeline_send_us, split_stages, tensor_parallel,
+                                       tied_embedding_us)
 from simulator.whatif_predict import SourceSet
 
 
@@ -42,6 +43,7 @@ class ParallelResult:
     trace_set_id: int = -1
     prediction_id: int = -1
     notes: list[str] = field(default_factory=list)
+    embedding_us: float = 0.0     # the tied embedding's gradient all-reduce after the pipeline (P > 1)
 
 
 @dataclass
@@ -135,8 +137,9 @@ def predict_parallel(store: Store, run_id: str, source: SourceSet, graph: TraceG
     fw = [r.predicted_us for r in sims[:p]]
     bw = [r.predicted_us for r in sims[p:2 * p]]
     bw_last = [r.predicted_us for r in sims[2 * p:]]
-    send = pricer.time_us("send", 2, micro * dims.seq * dims.hidden * FLOAT_BYTES) if p > 1 else 0.0
-    schedule = one_f_one_b(fw, bw, bw_last, spec.micro_batches, send)
+    send = pipeline_send_us(pricer, dims, micro, spec.tp) if p > 1 else 0.0
+    embedding = tied_embedding_us(pricer, dims, spec)
+    schedule = one_f_one_b(fw, bw, bw_last, spec.micro_batches, send, embedding)
     counts = dict(timing.usage.models)
     for by in pricer.used.values():
         name, _, version = by.split(" ")[0].rpartition(":")
@@ -145,7 +148,7 @@ def predict_parallel(store: Store, run_id: str, source: SourceSet, graph: TraceG
     used = [ModelUse(n, v, c) for (n, v), c in sorted(counts.items())]
     unmodelled = [r for r in timing.usage.unmodelled(float("nan"), timing.work_us)
                   if not str(r.get("op", r.get("name", ""))).startswith(COMM_OP)]
-    phases = {"fw": sum(fw) + send * (p - 1), "bw": sum(bw_last) + send * (p - 1)} \
+    phases = {"fw": sum(fw) + send * (p - 1), "bw": sum(bw_last) + send * (p - 1) + embedding} \
         if spec.micro_batches == 1 else {}
     pred = Prediction(trace_set_id=-1, mode="model", source_platform=source.platform,
                       target_platform=session.platform.name, result=_rank_results(schedule, sims, p),
@@ -157,7 +160,7 @@ def predict_parallel(store: Store, run_id: str, source: SourceSet, graph: TraceG
         raise PmdbError(f"the derived configuration predicts {pred.predicted_us:.1f} µs on {session.platform.name}: "
                         f"nothing in it was priced; fit models with `pmdb fit --platform {session.platform.name}`")
     record = dict(chunks.derivation, collectives=dict(pricer.used), stage_fw_us=fw, stage_bw_us=bw_last,
-                  send_us=send, bubble_share=schedule.bubble_share)
+                  send_us=send, tied_embedding_all_reduce_us=embedding, bubble_share=schedule.bubble_share)
     if session.platform.name != source.platform:
         record["target_platform"] = session.platform.name
     label = (f"{source.label} what-if: {spec.tag()}, batch {batch} (from trace set {source.trace_set_id})")
@@ -166,7 +169,7 @@ def predict_parallel(store: Store, run_id: str, source: SourceSet, graph: TraceG
                                          derivation=record)
     pred.trace_set_id = derived_id
     result = ParallelResult(spec, dims, batch, micro, schedule, fw, bw, bw_last, send, dict(pricer.used), pred,
-                            derived_id, store_prediction(store, run_id, pred))
+                            derived_id, store_prediction(store, run_id, pred), embedding_us=embedding)
     if spec.tp > 1 and dims.vocab % (128 * spec.tp):
         result.notes.append(f"vocabulary {dims.vocab} padded as Megatron pads it (a multiple of {128 * spec.tp}) "
                             f"and split {spec.tp} ways")

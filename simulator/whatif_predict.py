@@ -10,6 +10,7 @@ belongs to its workload; otherwise to its parent's. Times µs.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass, field
@@ -24,8 +25,9 @@ from pmdb.traces.graph import TraceGraph
 from pmdb.traces.recorded import recorded_threads
 from pmdb.traces.set_rows import trace_set_info
 from simulator.embedding_stats import EmbeddingStats
+from simulator.request import PredictionRequest
 from simulator.session import PredictionSession
-from simulator.store_rows import Prediction, store_derived_trace_set, store_prediction
+from simulator.store_rows import Prediction, store_derived_trace_set, store_prediction, trace_set_for_run
 from simulator.threads import run_threads
 from simulator.whatif import resize_world, scale_batch, scale_zero_shares
 
@@ -59,6 +61,7 @@ class SourceSet:
     sharder: str | None = None
     sharding: tuple[int, ...] | None = None
     workload_run_id: str | None = None     # its latest completed run on the recording platform (threads per rank)
+    threads: int | None = None             # intra-op threads per rank it ran with: that run's, else the set's
 
 
 @dataclass
@@ -91,7 +94,7 @@ def _none(value: Any) -> Any:
 
 
 def source_set(store: Store, trace_set_id: int) -> SourceSet:
-    """The recorded trace set (never a derived one) and its workload."""
+    """The recorded trace set (never a derived one), its workload and the intra-op threads it ran with."""
     info = trace_set_info(store, trace_set_id)
     if info["source"] == "derived":
         parent = _none(info.get("parent_trace_set_id"))
@@ -101,7 +104,7 @@ def source_set(store: Store, trace_set_id: int) -> SourceSet:
                 label=str(_none(info.get("label")) or f"trace set {trace_set_id}"), world_size=int(info["world_size"]))
     workload_id = _none(info.get("workload_id"))
     if workload_id is None:
-        return SourceSet(**base)
+        return SourceSet(**base, threads=recorded_threads(store, int(trace_set_id)))
     row = store.query("SELECT family, name, config, batch_size, sharder, sharding FROM workloads "
                       "WHERE workload_id = ?", [int(workload_id)]).iloc[0]
     run = store.scalar("SELECT run_id FROM v_workload_runs WHERE workload_id = ? AND platform = ? "
@@ -112,18 +115,56 @@ def source_set(store: Store, trace_set_id: int) -> SourceSet:
                      batch_size=int(row["batch_size"]), sharder=_none(row["sharder"]),
                      sharding=None if sharding is None else tuple(json.loads(sharding) if isinstance(sharding, str)
                                                                   else sharding),
-                     workload_run_id=run)
+                     workload_run_id=run,
+                     threads=run_threads(store, run) or recorded_threads(store, int(trace_set_id)))
+
+
+def request_source(store: Store, request: PredictionRequest) -> SourceSet:
+    """The recorded trace set a what-if request derives from: its ``--trace-set``, else its workload run's."""
+    return source_set(store, int(request.trace_set_id if request.trace_set_id is not None
+                                 else trace_set_for_run(store, request.workload_run_id)))
+
+
+@dataclass(frozen=True)
+class WhatIfSetup:
+    """A what-if's set-up, read once and shared by every configuration derived from it: the recorded source set,
+    the session on the target, the source's graph (model mode's best iteration) and its embedding statistics."""
+
+    source: SourceSet
+    session: PredictionSession
+    graph: TraceGraph
+    embedding: EmbeddingStats
+
+    @classmethod
+    def load(cls, store: Store, source: SourceSet, session: PredictionSession, *, reuse: bool = True
+             ) -> "WhatIfSetup":
+        """Read the source's graph (every nested op where the session's platform needs them; reuse distances when
+        its cache state needs them and ``reuse``) and its embedding statistics."""
+        graph = load_graphs(store, source.trace_set_id, pick="best", detail=session.detail,
+                            reuse=reuse and session.reuse)[0]
+        return cls(source, session, graph, EmbeddingStats.from_store(store, source.workload_id))
+
+    def fresh_embedding(self) -> EmbeddingStats:
+        """The embedding statistics as a new object (its lookup counters start at zero, as when read)."""
+        return EmbeddingStats(copy.deepcopy(self.embedding.per_rank))
+
+    def recorded_us(self) -> float:
+        """The recorded configuration predicted on the session's platform (µs; nothing stored)."""
+        return self.session.prediction(self.graph, self.fresh_embedding(), source_platform=self.source.platform,
+                                       threads=self.source.threads).predicted_us
 
 
 def derive(store: Store, source: SourceSet, spec: WhatIf, *, detail: bool, reshard: Reshard | None = None,
-           sharder: str | None = None, graph: TraceGraph | None = None) -> Derived:
+           sharder: str | None = None, graph: TraceGraph | None = None,
+           embedding: EmbeddingStats | None = None) -> Derived:
     """The configuration ``spec`` (and the plan of ``reshard``, labelled ``sharder``) derived from ``source``:
     batch first, then the plan, then the world size. ``--batch-size`` is the global batch at the derived world size;
-    without it every rank keeps its recorded share (weak scaling). ``graph``: the source's graph, when loaded."""
+    without it every rank keeps its recorded share (weak scaling). ``graph``: the source's graph, and ``embedding``
+    its embedding statistics (a fresh object: its counters change), when loaded (:class:`WhatIfSetup`)."""
     if spec.batch_size is None and spec.world_size is None and reshard is None:
         raise PmdbError("--what-if needs a change: --batch-size N, --world-size N or --sharder NAME")
     graph = graph or load_graphs(store, source.trace_set_id, pick="best", detail=detail)[0]
-    embedding = EmbeddingStats.from_store(store, source.workload_id)
+    embedding = embedding if embedding is not None else EmbeddingStats.from_store(store, source.workload_id)
     old_world = len(graph.ranks)
     world = spec.world_size or old_world
     recorded = source.batch_size or spec.recorded_batch
@@ -167,11 +208,6 @@ def derive(store: Store, source: SourceSet, spec: WhatIf, *, detail: bool, resha
     if batch is not None and batch != recorded and scale_zero_shares(graph, batch / recorded):
         derivation["zero_shares_scaled"] = batch / recorded
     return Derived(source, graph, embedding, batch, world, sharder or source.sharder, plan, derivation, notes)
-
-
-def source_threads(store: Store, source: SourceSet) -> int | None:
-    """Intra-op threads per rank the recorded configuration ran with (its workload run's, else the trace set's)."""
-    return run_threads(store, source.workload_run_id) or recorded_threads(store, source.trace_set_id)
 
 
 def own_run(store: Store, derived: Derived, target: str) -> tuple[int | None, str | None, float | None]:
@@ -228,7 +264,7 @@ def predict_derived(store: Store, run_id: str, derived: Derived, session: Predic
     src = derived.source
     workload_id, truth_run, measured = own_run(store, derived, session.platform.name)
     pred = session.prediction(derived.graph, derived.embedding, source_platform=src.platform,
-                              threads=source_threads(store, src), measured_us=measured,
+                              threads=src.threads, measured_us=measured,
                               workload_run_id=truth_run if measured is not None else None)
     pred.defaults = [n for n in [session.missing_models(), session.missing_overheads()] if n]
     if not pred.predicted_us > 0:

@@ -13,10 +13,11 @@ from pmdb import platform as platforms
 from pmdb.cli.common import full_run_id, limit_option, open_store, render, row_limit
 from pmdb.cli.text_table import terminal_width
 from pmdb.errors import PmdbError
-from pmdb.notes import say, wrapped
+from pmdb.notes import wrapped
 from simulator import error_stats as error_tables
 
 if TYPE_CHECKING:
+    from simulator.request import PredictionRequest
     from simulator.store_rows import Prediction
 
 WHAT = ("e2e", "kernel", "baseline", "side-by-side")
@@ -63,7 +64,9 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
                              for phase, us in pred.phases_us.items()]))
     if pred.unmodelled:
         typer.echo("\n" + wrapped("ops not covered by a kernel model (fallback: roofline of the peaks, traced "
-                                   "time, or unpriced; shares of the traced step and of the predicted work):"))
+                                   "time, mined (median of rows mined from GPU traces; mined-self: from this "
+                                   "trace, in-sample), or unpriced; shares of the traced step and of the "
+                                   "predicted work):"))
         frame = pd.DataFrame(pred.unmodelled)
         for column in ("measured_share", "predicted_share"):
             if column in frame:
@@ -118,8 +121,10 @@ def predict(ctx: typer.Context,
             kernels: str = typer.Option("measured", "--kernels",
                                         help="measured: an op whose exact shape was microbenchmarked on the "
                                              "target, at the predicted thread count, is priced by that "
-                                             "measurement's median, the rest by the models; models: every op "
-                                             "by the models."),
+                                             "measurement's median, or else (GPU) mined from a trace of the "
+                                             "target, by the mined calls' median ('mined'; 'mined-self' when "
+                                             "from the predicted trace: in-sample); the rest by the models; "
+                                             "models: every op by the models."),
             log_mlflow: bool = typer.Option(False, "--log-mlflow",
                                             help="Also log each prediction as an MLflow run (experiment "
                                                  "pmdb-predictions); off by default: loading MLflow adds ~2 s."),
@@ -157,17 +162,18 @@ def predict(ctx: typer.Context,
                                                help="With the parallel options: the GPUs D x T x P must fill."),
             megatron_fusions: bool = typer.Option(False, "--megatron-fusions",
                                                   help="With the parallel options: drop the eager passes "
-                                                       "Megatron's fused softmax, bias-GELU and "
-                                                       "bias-dropout-add kernels save (an estimate)."),
+                                                       "Megatron's fused bias-GELU and bias-dropout-add "
+                                                       "(and, for fp16/bf16 captures, scale-mask-softmax) "
+                                                       "kernels save (an estimate)."),
             fmt: str = typer.Option("table", "--format", help="Output format: table, csv or json.")) -> None:
     """Predict the per-iteration time of a workload run or trace set (Algorithm 1 over all ranks), print it with
     the measured time and the error, and store it with the model and overhead versions used."""
     # the simulator loads torch: imported here, not by `pmdb --help` or the read-only commands
     from simulator.chrome_trace import check_destination, write_chrome_trace
-    from simulator.measured_shapes import check_kernels
-    from simulator.model_set import check_cache_state, with_collectives
-    from simulator.predict import MODES, check_options, predict_and_store
-    from simulator.store_rows import prediction_platform
+    from simulator.model_set import with_collectives
+    from simulator.predict import predict
+    from simulator.request import PredictionRequest, resolve
+    from simulator.store_rows import store_prediction
 
     if sum(x is not None and x is not False for x in (run_id, trace_set, all_ or None)) != 1:
         raise PmdbError("give exactly one of: a workload RUN_ID, --trace-set ID, --all")
@@ -176,11 +182,9 @@ def predict(ctx: typer.Context,
         if all_:
             raise PmdbError("--export-trace writes one prediction: give a RUN_ID or --trace-set, not --all")
         check_destination(export_trace)
-    check_cache_state(cache_state)
-    check_kernels(kernels)
-    models = with_collectives(models, collectives)
-    if mode not in MODES:
-        raise PmdbError(f"bad --mode {mode!r}: use model or replay")
+    request = PredictionRequest(trace_set, run_id, mode, with_collectives(models, collectives), target_platform,
+                                cache_state, overhead_version, overheads_from, kernels, export_trace is not None)
+    request.check()
     parallel = {k: v for k, v in (("dp", data_parallel), ("tp", tensor_parallel), ("pp", pipeline_parallel),
                                   ("micro_batches", micro_batches), ("gpus", gpus),
                                   ("fused", megatron_fusions or None)) if v is not None}
@@ -196,25 +200,19 @@ def predict(ctx: typer.Context,
                             "--what-if")
         from pmdb.cli.whatif import what_if as derive_and_predict
 
-        return derive_and_predict(ctx, trace_set=trace_set, run_id=run_id, batch_size=batch_size,
-                                  world_size=world_size, sharders=sharder, recorded_batch=recorded_batch, mode=mode,
-                                  models=models, target_platform=target_platform, cache_state=cache_state,
-                                  overhead_version=overhead_version, overheads_from=overheads_from, fmt=fmt,
-                                  measure_shapes=measure_shapes, kernels=kernels, parallel=parallel)
-    options = dict(mode=mode, models=models, target_platform=target_platform, cache_state=cache_state,
-                   overhead_version=overhead_version, overheads_from=overheads_from, kernels=kernels)
+        return derive_and_predict(ctx, request, batch_size=batch_size, world_size=world_size, sharders=sharder,
+                                  recorded_batch=recorded_batch, fmt=fmt, measure_shapes=measure_shapes,
+                                  parallel=parallel)
     with open_store(ctx) as store:
-        platform = (platforms.resolve(store, target_platform) if all_ else
-                    prediction_platform(store, target_platform, trace_set, run_id))
-        check_options(store, platform, **options)  # one line for a bad spec or version, before any run row
         if all_:
-            ids = _predict_all(store, platform, target_platform, options, fmt)
+            ids = _predict_all(store, request, fmt)
             if log_mlflow and ids:
                 _log_mlflow(store, ids, fmt)
             return
-        with store.run("predict", platform, {"run_id": run_id, "trace_set": trace_set, **options}) as run:
-            pid, pred = predict_and_store(store, run.run_id, trace_set_id=trace_set, workload_run_id=run_id,
-                                          timeline=export_trace is not None, **options)
+        resolved = resolve(store, request)   # every look-up and check once, before any run row
+        with store.run("predict", resolved.target_platform, request.run_args()) as run:
+            pred = predict(store, resolved)
+            pid = store_prediction(store, run.run_id, pred)
             run.summary = {"prediction_id": pid, "predicted_us": pred.predicted_us, "measured_us": pred.measured_us,
                            "warnings": list(pred.warnings)}
         _show(pid, pred, fmt)
@@ -225,42 +223,31 @@ def predict(ctx: typer.Context,
         typer.echo(f"\nsimulated timeline ({events} events): {export_trace}", err=fmt != "table")
 
 
-def _predict_all(store: Any, platform: str, target: Optional[str], options: dict[str, Any], fmt: str) -> list[int]:
-    """``--all``: the pending workload runs of ``platform``, then the pending imported trace sets (of ``target``,
-    or of every platform, each on its own); an imported set that cannot be predicted is named and skipped. Returns
-    the prediction ids."""
-    from simulator.pending import pending_imports, pending_runs
-    from simulator.predict import predict_and_store
+def _predict_all(store: Any, request: PredictionRequest, fmt: str) -> list[int]:
+    """``--all``: the pending workload runs of the platform (the target, else this machine), then the pending
+    imported trace sets (of the target, or of every platform, each on its own); an imported set that cannot be
+    predicted is named and skipped. Returns the prediction ids."""
+    from simulator.pending import pending_requests
+    from simulator.predict import predict_each
 
-    runs = pending_runs(store, platform, options["models"], options["cache_state"], options["kernels"])
-    imports = pending_imports(store, target, options["models"], options["cache_state"], runs_platform=platform,
-                              kernels=options["kernels"])
-    if not runs and not imports:
+    target = request.target_platform
+    platform = platforms.resolve(store, target)
+    # one line for a bad spec or version, before any run row; the session then predicts the platform's sets
+    sessions = {platform: request.session(store, platform)} if request.mode == "model" else {}
+    todo = pending_requests(store, request, platform)
+    if not todo:
         typer.echo(f"every workload run of {platform} with a trace set, and every imported trace set"
                    f"{'' if target is None else f' of {target}'}, is predicted with the current models")
         return []
-    with store.run("predict", platform, {"all": True, **options}) as run:
-        rows, warnings = [], []
-        todo = [(r, None, options) for r in runs] + [
-            (None, p.trace_set_id, dict(options, target_platform=p.platform)) for p in imports]
-        for workload_run, trace_set, chosen in todo:
-            try:
-                pid, pred = predict_and_store(store, run.run_id, trace_set_id=trace_set,
-                                              workload_run_id=workload_run, **chosen)
-            except PmdbError as exc:
-                if trace_set is None:
-                    raise
-                warnings.append(f"trace set {trace_set}: {exc}")
-                say("warning", f"trace set {trace_set} not predicted: {exc}")
-                continue
-            warnings += [f"{workload_run or f'trace set {trace_set}'}: {w}" for w in pred.warnings]
-            rows.append({"prediction_id": pid, "workload_run": workload_run, "trace_set": pred.trace_set_id,
-                         "target": pred.target_platform, "predicted_ms": round(pred.predicted_us / 1000, 3),
-                         "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
-                         "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2)})
-        run.summary = {"predictions": len(rows), "warnings": warnings}
-    render(pd.DataFrame(rows), fmt)
-    return [row["prediction_id"] for row in rows]
+    with store.run("predict", platform, {"all": True, **request.options()}) as run:
+        done, warnings = predict_each(store, run.run_id, todo, sessions)
+        run.summary = {"predictions": len(done), "warnings": warnings}
+    render(pd.DataFrame([{"prediction_id": pid, "workload_run": item.workload_run_id, "trace_set": pred.trace_set_id,
+                          "target": pred.target_platform, "predicted_ms": round(pred.predicted_us / 1000, 3),
+                          "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
+                          "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2)}
+                         for item, pid, pred in done]), fmt)
+    return [pid for _, pid, _ in done]
 
 
 def _log_mlflow(store: Any, prediction_ids: list[int], fmt: str) -> None:

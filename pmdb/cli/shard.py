@@ -85,31 +85,31 @@ def shard(
             return
         shard_task = resolve_task(store, task_id=task, tables_file=tables, world_size=world_size,
                                   batch_size=batch_size, mlp_preset=mlp_preset)
-        _check(store, name, settings, shard_task.world_size, shard_task)
-        _single(store, name, shard_task, settings, args, fmt)
+        predictor = _check(store, name, settings, shard_task.world_size, shard_task)
+        _single(store, name, shard_task, settings, args, fmt, predictor)
 
 
-def _check(store, platform: str, settings, world_size: int, task=None) -> None:
+def _check(store, platform: str, settings, world_size: int, task=None):
     """Before a run row is made: the plans can be built (plan files exist and fit the task) and the platform has
-    the models and overhead version asked for (a session loads models lazily: this only selects them)."""
+    the models and overhead version asked for (a session loads models lazily: this only selects them). Returns
+    that session, which then predicts the study's plans."""
     from shard.plans import build_plans
-    from shard.predict import PlanPredictor
+    from shard.study import plan_predictor
 
     if task is not None:
         build_plans(task, settings.sharders, settings.plan_files, settings.run.seed)
-    PlanPredictor(store, platform, world_size, models=settings.models, cache_state=settings.cache_state,
-                  overhead_version=settings.overhead_version, threads=settings.run.threads)
+    return plan_predictor(store, platform, settings, world_size)
 
 
 def _say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _single(store, platform: str, task, settings, args: dict, fmt: str) -> None:
+def _single(store, platform: str, task, settings, args: dict, fmt: str, predictor) -> None:
     from shard.study import run_study
 
     with store.run("shard", platform, args) as run:
-        result = run_study(store, platform, task, settings, run.run_id, _say)
+        result = run_study(store, platform, task, settings, run.run_id, _say, predictor)
         run.summary = {"study_id": result.study_id, "chosen": result.chosen, "trace_origin": result.trace_origin,
                        "fastest": result.fastest, "success": result.success}
     render(result.table(), fmt)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from typing import Optional
+from dataclasses import replace
+from typing import TYPE_CHECKING, Optional
 
 import pandas as pd
 import typer
@@ -13,36 +14,30 @@ import typer
 from pmdb.cli.common import open_store, render, workspace
 from pmdb.errors import PmdbError
 
+if TYPE_CHECKING:
+    from simulator.request import PredictionRequest
+
 
 def _ms(us: Optional[float]) -> Optional[float]:
     return None if us is None or pd.isna(us) else round(us / 1000, 3)
 
 
-def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[str], batch_size: Optional[int],
-            world_size: Optional[int], sharders: list[str], recorded_batch: Optional[int], mode: str, models: str,
-            target_platform: Optional[str], cache_state: Optional[str], overhead_version: Optional[int],
-            overheads_from: Optional[str], fmt: str, measure_shapes: bool = False,
-            kernels: str = "measured", parallel: Optional[dict] = None) -> None:
+def what_if(ctx: typer.Context, request: PredictionRequest, *, batch_size: Optional[int],
+            world_size: Optional[int], sharders: list[str], recorded_batch: Optional[int], fmt: str,
+            measure_shapes: bool = False, parallel: Optional[dict] = None) -> None:
     """Derive, predict and store each asked configuration (one per ``--sharder``, else one)."""
     if parallel:
         from pmdb.cli.whatif_parallel import parallel_what_if
 
-        return parallel_what_if(ctx, trace_set=trace_set, run_id=run_id, batch_size=batch_size,
-                                world_size=world_size, sharders=sharders, recorded_batch=recorded_batch, mode=mode,
-                                models=models, target_platform=target_platform, cache_state=cache_state,
-                                overhead_version=overhead_version, overheads_from=overheads_from, fmt=fmt,
-                                measure_shapes=measure_shapes, kernels=kernels, parallel=parallel)
-    from simulator.model_set import check_cache_state
-    from simulator.session import PredictionSession
-    from simulator.store_rows import trace_set_for_run
-    from simulator.whatif_predict import WhatIf, derive, predict_derived, source_set, source_threads
+        return parallel_what_if(ctx, request, batch_size=batch_size, world_size=world_size, sharders=sharders,
+                                recorded_batch=recorded_batch, fmt=fmt, measure_shapes=measure_shapes,
+                                parallel=parallel)
+    from simulator.whatif_predict import WhatIf, WhatIfSetup, derive, predict_derived, request_source
     from simulator.whatif_shapes import check_local, measure_shapes as measure
-    from pmdb.traces.from_store import load_graphs
-    from simulator.embedding_stats import EmbeddingStats
 
-    if (trace_set is None) == (run_id is None):
+    if (request.trace_set_id is None) == (request.workload_run_id is None):
         raise PmdbError("--what-if derives from one recorded trace set: give --trace-set ID (or a workload RUN_ID)")
-    if mode != "model":
+    if request.mode != "model":
         raise PmdbError("--what-if predicts with fitted models (--mode model): a configuration that was not run "
                         "has no trace times to replay")
     for name, value in (("--batch-size", batch_size), ("--world-size", world_size),
@@ -51,31 +46,23 @@ def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[st
             raise PmdbError(f"{name} must be at least 1 (got {value})")
     if len(set(sharders)) != len(sharders):
         raise PmdbError("--sharder names a sharder twice")
-    check_cache_state(cache_state)
     spec = WhatIf(batch_size, world_size, recorded_batch)
     with open_store(ctx) as store:
-        source_id = trace_set if trace_set is not None else trace_set_for_run(store, run_id)
-        source = source_set(store, int(source_id))
+        source = request_source(store, request)
         hooks = [(None, None)]
         if sharders:
             from shard.reshard import reshard_hook
 
             hooks = [(name, reshard_hook(source, name)) for name in sharders]
-        def new_session() -> PredictionSession:
-            return PredictionSession(store, target_platform or source.platform, models=models,
-                                     cache_state=cache_state, overhead_version=overhead_version,
-                                     overheads_from=overheads_from, kernels=kernels)
-
-        session = new_session()
+        target = request.target_platform or source.platform
+        session = request.session(store, target)
         if measure_shapes:
             check_local(store, session.platform.name)
-        graph = load_graphs(store, source.trace_set_id, pick="best", detail=session.detail,
-                            reuse=session.reuse)[0]
-        derived = [derive(store, source, spec, detail=session.detail, reshard=hook, sharder=name, graph=graph)
-                   for name, hook in hooks]
-        threads = source_threads(store, source)
+        setup = WhatIfSetup.load(store, source, session)
+        derived = [derive(store, source, spec, detail=session.detail, reshard=hook, sharder=name, graph=setup.graph,
+                          embedding=setup.fresh_embedding()) for name, hook in hooks]
         if measure_shapes:
-            done = measure(store, workspace(ctx), derived, session.platform.name, threads=threads,
+            done = measure(store, workspace(ctx), derived, session.platform.name, threads=source.threads,
                            progress=sys.stderr.isatty())
             print(textwrap.fill(
                 f"pmdb: measured {done.measured} new op shape(s) of the derived configuration(s) "
@@ -84,14 +71,13 @@ def what_if(ctx: typer.Context, *, trace_set: Optional[int], run_id: Optional[st
                    else ""), 80, subsequent_indent="  "), file=sys.stderr)
             for note in done.notes:
                 print(textwrap.fill(f"pmdb: note: {note}", 80, subsequent_indent="  "), file=sys.stderr)
-            session = new_session()   # the refitted versions
-        recorded = session.prediction(graph, EmbeddingStats.from_store(store, source.workload_id),
-                                      source_platform=source.platform,
-                                      threads=threads).predicted_us
+            setup = replace(setup, session=request.session(store, target))   # the refitted versions
+        session = setup.session
+        recorded = setup.recorded_us()
         options = {"what_if": True, "trace_set": source.trace_set_id, "batch_size": batch_size,
-                   "world_size": world_size, "sharders": sharders, "models": models,
-                   "target_platform": session.platform.name, "cache_state": cache_state,
-                   "overhead_version": overhead_version, "overheads_from": overheads_from,
+                   "world_size": world_size, "sharders": sharders, "models": request.models,
+                   "target_platform": session.platform.name, "cache_state": request.cache_state,
+                   "overhead_version": request.overhead_version, "overheads_from": request.overheads_from,
                    "measure_shapes": measure_shapes}
         with store.run("predict", session.platform.name, options) as run:
             results = [predict_derived(store, run.run_id, d, session) for d in derived]

@@ -238,7 +238,8 @@ def _copy_waits(graphs: dict[int | None, RankGraph]) -> None:
 
 
 def load_graphs(store: Store, trace_set_id: int, *, pick: str = "all", detail: bool = False,
-                shapes: bool | None = None, reuse: bool = False) -> list[TraceGraph]:
+                shapes: bool | None = None, reuse: bool = False, info: dict[str, Any] | None = None,
+                marked: dict[int, list[int]] | None = None) -> list[TraceGraph]:
     """TraceGraphs of the complete iterations present on every rank (one when the trace marks none).
 
     ``pick='all'`` gives every such iteration; ``pick='best'`` only the one model mode sees best (most ops linked to
@@ -246,11 +247,13 @@ def load_graphs(store: Store, trace_set_id: int, *, pick: str = "all", detail: b
     reads input shapes and attributes (default: when picking for model mode or building details); ``reuse`` also
     gives every op with an ET twin its inputs' reuse distances (``Op.reuse``, :mod:`pmdb.traces.reuse`). With
     shapes, ops that read a recorded optimizer state get its zero share (:mod:`pmdb.traces.state_values`).
+    ``info`` (:func:`~pmdb.traces.set_rows.trace_set_info`) and ``marked``
+    (:func:`~pmdb.traces.set_rows.complete_iterations`): the set's row and iterations, when the caller read them.
     """
     if pick not in ("all", "best"):
         raise PmdbError(f"bad iteration pick {pick!r}: use all or best")
-    info = trace_set_info(store, trace_set_id)
-    marked = complete_iterations(store, trace_set_id)
+    info = trace_set_info(store, trace_set_id) if info is None else info
+    marked = complete_iterations(store, trace_set_id) if marked is None else marked
     common = set.intersection(*(set(v) if v else {None} for v in marked.values()))
     if not common:
         raise PmdbError(f"trace set {trace_set_id}: its ranks share no complete iteration")
