@@ -38,8 +38,11 @@ def test_a_gpu_training_step_is_split_into_its_phases(store, gpu_trace):
     pred = predict_trace_set(store, ts, mode="model")
     assert set(pred.phases_us) == {"fw", "bw", "optimizer"}
     assert all(v > 0 for v in pred.phases_us.values())
-    # each phase alone from an idle device: together within a few % of the whole step from an idle device
-    assert sum(pred.phases_us.values()) == pytest.approx(pred.result.predicted_us, rel=0.05)
+    # each phase alone from an idle device: never less than the whole step from an idle device (in the step, a
+    # phase's host work overlaps the device tail of the phase before), and more only by those overlaps: with the
+    # shipped H200 host path (today's host, faster than this RTX trace's own) this device-bound step's phases overlap ~7%
+    whole, phases = pred.result.predicted_us, sum(pred.phases_us.values())
+    assert whole * 0.999 <= phases <= whole * 1.10
 
 
 def test_phases_are_stored_with_the_prediction(store, gpu_trace):
