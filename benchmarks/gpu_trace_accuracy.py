@@ -35,12 +35,11 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pmdb_commands import Commands, workspace_parser  # noqa: E402
+from pmdb_commands import Commands, host_line, workspace_parser  # noqa: E402
 H200 = "nvidia-h200"
 TABLE_DIRS = {"NVIDIA_A100-PCIE-40GB": "nvidia-a100-pcie-40gb", "Tesla_P100-PCIE-16GB": "tesla-p100-pcie-16gb",
               "Tesla_P4": "tesla-p4", "Tesla_T4": "tesla-t4", "Tesla_V100-PCIE-32GB": "tesla-v100-pcie-32gb"}
 TARGETS = {"replay": 3.0, "cross-gpu": 10.0, "mined": 3.0, "fitted": None}
-HOST = "Intel Xeon, 2 cores, L3 480 MiB (lscpu), loaded by parallel work"
 
 
 _COMMANDS = Commands("gpu_trace_accuracy", shown_chars=100)
@@ -210,7 +209,7 @@ def render(tset: dict, import_s: float, imported: str, replay: dict, cross: dict
             ("model, models fitted on the mined rows (IN-SAMPLE; `--kernels models`)", by_models, "unprofiled",
              TARGETS["fitted"])]
     lines = [f"# The H200 GPT-2 large trace end to end — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
-             f"Host: {HOST}; load average before {load_before[0]:.2f} / after "
+             f"Host: {host_line()}; load average before {load_before[0]:.2f} / after "
              f"{os.getloadavg()[0]:.2f}; whole benchmark {wall_s / 60:.1f} min. Trace: "
              f"`traces/gpu/h200_gpt2_large` (torch 2.11, Kineto + ET in one pass), imported without --platform onto "
              f"`{tset['platform']}` in {import_s:.1f} s; its profiled iteration {tset['measured_us'] / 1e3:.2f} ms, "

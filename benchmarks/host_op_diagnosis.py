@@ -20,7 +20,6 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from pmdb_commands import Commands  # noqa: E402
+from pmdb_commands import Commands, host_line  # noqa: E402
 
 COMMANDS = Commands("host_op_diagnosis")
 
@@ -120,15 +119,6 @@ def per_op(trace: dict) -> tuple[dict[str, list[float]], dict]:
     return dict(sums), meta
 
 
-def host() -> str:
-    try:
-        lines = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-    except OSError:
-        lines = []
-    keep = [" ".join(line.split()) for line in lines if line.startswith(("Model name", "L2 cache", "L3 cache"))]
-    return "; ".join(keep) or platform.processor()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workspace", type=Path, help="a pmdb workspace with predicted single-rank CPU runs")
@@ -141,7 +131,7 @@ def main() -> None:
     opts = parser.parse_args()
     home = opts.workspace.resolve()
     lines = [f"# Per-op diagnosis of CPU predictions — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
-             f"Host: {host()}; load average {os.getloadavg()[0]:.2f} at start; workspace `{opts.workspace}`.", ""]
+             f"Host: {host_line()}; load average {os.getloadavg()[0]:.2f} at start; workspace `{opts.workspace}`.", ""]
     log: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         iterations = profiled_iterations(home, log)

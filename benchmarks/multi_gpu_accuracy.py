@@ -33,14 +33,13 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pmdb_commands import Commands, workspace_parser  # noqa: E402
+from pmdb_commands import Commands, host_line, workspace_parser  # noqa: E402
 TARGET = "nvidia-a100-pcie-40gb"     # its tables stand in for the SXM4 (same GA100 chip, clocks, SMs and HBM)
 LABEL_DIR = "NVIDIA_A100-SXM4-40GB"
 RUNS = {"dp4": ("--data-parallel", "4"), "tp4": ("--tensor-parallel", "4"), "pp4_1": ("--pipeline-parallel", "4")}
 SPLITS = {"dp4": (1, 4, 1), "tp4": (4, 1, 1), "pp4_1": (1, 1, 4)}    # (tensor, data, pipeline)
 TARGET_PCT = 10.0
 POWER_LIMITED = ("Tesla_T4", "Tesla_V100-PCIE-32GB")   # other tables' GEMM rates beside the A100-PCIE's (70 W, 250 W)
-HOST = "Intel Xeon, 2 cores, L3 480 MiB (lscpu), loaded by parallel work"
 
 
 _COMMANDS = Commands("multi_gpu_accuracy")
@@ -258,7 +257,7 @@ def render(labels: dict, results: dict, planner: dict, planner32: dict, scale: d
     """The Markdown results file."""
     when = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
     lines = [f"# GPT-2 large on 4 A100s, predicted from one GPU's graph — {when}",
-             "", f"Host: {HOST}; load average before {load_before[0]:.2f} / after {os.getloadavg()[0]:.2f}; whole "
+             "", f"Host: {host_line()}; load average before {load_before[0]:.2f} / after {os.getloadavg()[0]:.2f}; whole "
              f"benchmark {wall_s / 60:.1f} min. Ground truth: NeuSight's labels (Megatron-LM through accelerate, "
              f"global batch 4, seq 1024, fp32, `model(**batch)` + `accelerator.backward` between CUDA events on "
              f"rank 0, mean of the 10 fastest; through accelerate's Megatron plugin that window holds Megatron's "

@@ -63,3 +63,14 @@ def workspace_parser(doc: str, out: Path, fit_budget_minutes: float, fitted: str
     parser.add_argument("--fit-budget-minutes", type=float, default=fit_budget_minutes,
                         help=f"time budget of `pmdb fit --all` of {fitted} (default {fit_budget_minutes:g})")
     return parser
+
+
+def host_line() -> str:
+    """The host a benchmark ran on, as lscpu names it (model, L2 and L3 lines) and its core count: every CPU-side
+    figure is written beside it."""
+    try:
+        lines = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+    except OSError:
+        lines = []
+    keep = [" ".join(line.split()) for line in lines if line.startswith(("Model name", "L2 cache", "L3 cache"))]
+    return "; ".join(keep + [f"{os.cpu_count()} cores (lscpu)"])

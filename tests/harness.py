@@ -90,3 +90,15 @@ def wait_for_http(proc: subprocess.Popen, port: int, seconds: float) -> int | No
         except OSError:
             time.sleep(1)
     return None
+
+
+def load_benchmark(name: str):
+    """The module of ``benchmarks/<name>.py`` (benchmarks are scripts, not a package), loaded afresh."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

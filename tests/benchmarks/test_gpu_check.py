@@ -1,9 +1,10 @@
 """The CPU-visible parts of benchmarks/gpu_check.sh: the script parses (bash -n), answers --help and refuses an
 unknown option; its report reads a real store and the step log. (`gpu_check.sh --cpu` runs every step on CPU; the
 CUDA steps themselves are tests/gpu.)"""
-import importlib.util
 import subprocess
 from pathlib import Path
+
+from harness import load_benchmark
 
 from pmdb import platform as platforms
 
@@ -12,10 +13,7 @@ SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 
 
 def _report_module():
-    spec = importlib.util.spec_from_file_location("gpu_check_report", ROOT / "benchmarks" / "gpu_check_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_check_report")
 
 
 def test_scripts_parse_and_answer_help():

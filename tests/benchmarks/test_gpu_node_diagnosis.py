@@ -4,21 +4,16 @@ is a timeline in the format `pmdb predict --export-trace` writes (compute-stream
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-from pathlib import Path
+
+from harness import load_benchmark
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_node_diagnosis", ROOT / "benchmarks" / "gpu_node_diagnosis.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_node_diagnosis")
 
 
 def _event(op: str, phase: str, us: float) -> dict:

@@ -1,17 +1,11 @@
 """benchmarks/host_op_diagnosis.py: the profiled-iterations line of a run and the per-op sums of a timeline."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from harness import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("host_op_diagnosis", ROOT / "benchmarks" / "host_op_diagnosis.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("host_op_diagnosis")
 
 
 def test_iterations_line_puts_each_profiled_iteration_against_the_unprofiled_step():

@@ -3,21 +3,17 @@ real (meta-device) ``transformers`` GPT-2, the optimizer-step floor from it, and
 table."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
+
+from harness import load_benchmark
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY = {"model_type": "gpt2", "n_layer": 4, "n_embd": 64, "n_head": 8, "n_positions": 256, "vocab_size": 1000}
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("multi_gpu_accuracy", ROOT / "benchmarks" / "multi_gpu_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("multi_gpu_accuracy")
 
 
 def _hf_parameters(config: dict) -> int:
