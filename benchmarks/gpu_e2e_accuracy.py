@@ -26,7 +26,6 @@ import json
 import statistics
 import os
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpu_node_diagnosis import run_diagnosis  # noqa: E402
-from pmdb_commands import Commands, workspace_parser  # noqa: E402
+from pmdb_commands import Commands, new_workspace, workspace_parser  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 V100, L4, LENDER = "tesla-v100-pcie-32gb", "nvidia-l4", "nvidia-h200"
@@ -65,13 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     kernels = args.shared / "gpu_kernels" / "neusight"
     labels = args.shared / "gpu_e2e" / "neusight_labels"
-    for needed in (kernels / "device_configs", labels / "model_configs", args.shared / H200_TRACE):
-        if not needed.is_dir():
-            print(f"gpu_e2e_accuracy: {needed} is missing (the shared data folder; see --shared)", file=sys.stderr)
-            return 2
-    home = args.workspace or Path(tempfile.mkdtemp(prefix="pmdb-gpu-e2e-")) / "ws"
-    if home.exists():
-        print(f"gpu_e2e_accuracy: {home} exists; give a new --workspace", file=sys.stderr)
+    home = new_workspace("gpu_e2e_accuracy", args.workspace, "pmdb-gpu-e2e-",
+                         folders=(kernels / "device_configs", labels / "model_configs", args.shared / H200_TRACE))
+    if home is None:
         return 2
     log: list[str] = []
     started = time.perf_counter()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pmdb_commands import Commands, host_line, workspace_parser  # noqa: E402
+from pmdb_commands import Commands, host_line, new_workspace, workspace_parser  # noqa: E402
 H200 = "nvidia-h200"
 TABLE_DIRS = {"NVIDIA_A100-PCIE-40GB": "nvidia-a100-pcie-40gb", "Tesla_P100-PCIE-16GB": "tesla-p100-pcie-16gb",
               "Tesla_P4": "tesla-p4", "Tesla_T4": "tesla-t4", "Tesla_V100-PCIE-32GB": "tesla-v100-pcie-32gb"}
@@ -69,13 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     trace = args.shared / "traces" / "gpu" / "h200_gpt2_large"
     kernels = args.shared / "gpu_kernels" / "neusight"
     sheet = args.shared / "gpu_kernels" / "device_configs_extra" / "NVIDIA_H200.json"
-    for needed in (trace / "kineto.json.gz", trace / "run.json", kernels / "device_configs", sheet):
-        if not needed.exists():
-            print(f"gpu_trace_accuracy: {needed} is missing (the shared data folder; see --shared)", file=sys.stderr)
-            return 2
-    home = args.workspace or Path(tempfile.mkdtemp(prefix="pmdb-gpu-trace-")) / "ws"
-    if home.exists():
-        print(f"gpu_trace_accuracy: {home} exists; give a new --workspace", file=sys.stderr)
+    home = new_workspace("gpu_trace_accuracy", args.workspace, "pmdb-gpu-trace-",
+                         folders=(kernels / "device_configs",),
+                         files=(trace / "kineto.json.gz", trace / "run.json", sheet))
+    if home is None:
         return 2
     unprofiled_ms = float(json.loads((trace / "run.json").read_text())["unprofiled_step_ms"])
     log: list[str] = []

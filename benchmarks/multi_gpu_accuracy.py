@@ -24,7 +24,6 @@ import csv
 import json
 import os
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pmdb_commands import Commands, host_line, workspace_parser  # noqa: E402
+from pmdb_commands import Commands, host_line, new_workspace, workspace_parser  # noqa: E402
 TARGET = "nvidia-a100-pcie-40gb"     # its tables stand in for the SXM4 (same GA100 chip, clocks, SMs and HBM)
 LABEL_DIR = "NVIDIA_A100-SXM4-40GB"
 RUNS = {"dp4": ("--data-parallel", "4"), "tp4": ("--tensor-parallel", "4"), "pp4_1": ("--pipeline-parallel", "4")}
@@ -143,13 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     kernels = args.shared / "gpu_kernels" / "neusight"
     labels_dir = args.shared / "gpu_e2e" / "neusight_labels"
     comms = args.shared / "collectives" / "vtrain_a100_allreduce"
-    for needed in (kernels / "NVIDIA_A100-PCIE-40GB", labels_dir / LABEL_DIR, comms):
-        if not needed.is_dir():
-            print(f"multi_gpu_accuracy: {needed} is missing (the shared data folder; see --shared)", file=sys.stderr)
-            return 2
-    home = args.workspace or Path(tempfile.mkdtemp(prefix="pmdb-multi-gpu-")) / "ws"
-    if home.exists():
-        print(f"multi_gpu_accuracy: {home} exists; give a new --workspace", file=sys.stderr)
+    home = new_workspace("multi_gpu_accuracy", args.workspace, "pmdb-multi-gpu-",
+                         folders=(kernels / "NVIDIA_A100-PCIE-40GB", labels_dir / LABEL_DIR, comms))
+    if home is None:
         return 2
     labels = {run: json.loads((labels_dir / LABEL_DIR / f"gpt2_large-train-1024-4-{run}.json").read_text())
               ["e2e_latency"] for run in RUNS}

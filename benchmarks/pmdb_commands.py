@@ -74,3 +74,21 @@ def host_line() -> str:
         lines = []
     keep = [" ".join(line.split()) for line in lines if line.startswith(("Model name", "L2 cache", "L3 cache"))]
     return "; ".join(keep + [f"{os.cpu_count()} cores (lscpu)"])
+
+
+def new_workspace(name: str, workspace: Path | None, prefix: str, *, folders: tuple[Path, ...] = (),
+                  files: tuple[Path, ...] = ()) -> Path | None:
+    """The workspace a from-an-empty-workspace benchmark builds (``workspace``, or a new temporary one named after
+    ``prefix``), once its inputs from the shared data are there (``folders`` as folders, ``files`` as anything);
+    None, after one line on stderr, when an input is missing or the workspace given already exists."""
+    import tempfile
+
+    for needed, there in [(f, f.is_dir()) for f in folders] + [(f, f.exists()) for f in files]:
+        if not there:
+            print(f"{name}: {needed} is missing (the shared data folder; see --shared)", file=sys.stderr)
+            return None
+    home = workspace or Path(tempfile.mkdtemp(prefix=prefix)) / "ws"
+    if home.exists():
+        print(f"{name}: {home} exists; give a new --workspace", file=sys.stderr)
+        return None
+    return home

@@ -31,7 +31,7 @@ from simulator.engine import TimedOp, Timeline, simulate
 from simulator.replay import one_launch, replay_programs
 from pmdb.traces.graph import Op, Stream, TraceGraph
 from simulator.cache_levels import UNKNOWN, between, cold_share, levels_known
-from simulator.measured_shapes import MINED, MINED_SELF, ShapeMedians
+from simulator.measured_shapes import MICROBENCHMARK, MINED, MINED_SELF, ShapeMedians
 from simulator.model_set import CACHE_PREFERENCE, CACHE_STATES, PAIRED, REUSE, ModelSet, Overheads
 from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
 
@@ -256,19 +256,18 @@ class ModelTiming:
                                           self.threads, state, self.trace_set_id) for state in states]
             if any(f is None for f in found):
                 return None
-            times = [f[0] for f in found]
-            labels = {f[1] for f in found}
-            if len(times) == 1:
-                return float(times[0]), found[0][1]
-            if labels != {"measured"}:
+            if len(found) == 1:
+                return float(found[0][0]), found[0][1]   # a microbenchmark, or mined rows
+            if any(label != MICROBENCHMARK for _, label in found):
                 return None   # cold and warm combined: microbenchmarks of both states only
+            times = [us for us, _ in found]
         if any(t is None for t in times):
             return None
         if len(times) == 1:
-            return float(times[0]), "measured"
+            return float(times[0]), MICROBENCHMARK
         if share is not None:
-            return float(between(np.array(times[:1]), np.array(times[1:]), share)[0]), "measured"
-        return math.sqrt(times[0] * times[1]), "measured"
+            return float(between(np.array(times[:1]), np.array(times[1:]), share)[0]), MICROBENCHMARK
+        return math.sqrt(times[0] * times[1]), MICROBENCHMARK
 
     def _scaled_forward(self, key: tuple[str, str, str | None], frame: pd.DataFrame) -> np.ndarray | None:
         """A GPU op's backward without a model of its own: its forward model's time scaled by the roofline ratio of
