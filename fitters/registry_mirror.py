@@ -20,17 +20,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from fitters.model import MODEL_FILE
-from fitters.registry import (CHAMPION, MODEL_DIR, NAME_PATTERNS, Registry, cache_root, half_migrated, log_pyfunc,
-                              set_mirror_alias)
 from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.store_check import Check, pmdb_command
+
+if TYPE_CHECKING:  # the registry (MLflow), its models (numpy, pandas) load where used: `pmdb status` checks the
+    import pandas as pd  # local registry without them
+
+    from fitters.registry import Registry
 
 LOST = "lost-v"                        # mirror alias lost-vN: version N's model files are gone
 UNMIRRORED_TAG = "pmdb.unmirrored"     # MLflow version tag: known not to be in the store (a fit that died)
@@ -81,17 +81,20 @@ def _local_triples(path: Path) -> set[tuple[str, int, str]] | None:
 
 
 def require_mirrored(store: Store, workspace: Workspace) -> None:
-    """Refuse with one line when the registry lacks versions the store mirrors (or holds them from other runs)."""
-    mirror = store.query("SELECT name, version, mlflow_run_id FROM model_versions m WHERE NOT EXISTS "
-                         "(SELECT 1 FROM model_aliases a WHERE a.name = m.name "
-                         f"AND a.alias = {_LOST_OF_M})")
-    if mirror.empty:
+    """Refuse with one line when the registry lacks versions the store mirrors (or holds them from other runs).
+    A local registry is read directly (sqlite3): neither MLflow nor pandas is imported for it."""
+    mirror = store.rows("SELECT name, version, mlflow_run_id FROM model_versions m WHERE NOT EXISTS "
+                        "(SELECT 1 FROM model_aliases a WHERE a.name = m.name "
+                        f"AND a.alias = {_LOST_OF_M})").rows
+    if not mirror:
         return
-    wanted = {(n, int(v), r) for n, v, r in mirror.itertuples(index=False)}
+    wanted = {(n, int(v), r) for n, v, r in mirror}
     held = None
     if workspace.mlflow_uri == workspace.local_mlflow_uri:
         held = _local_triples(workspace.mlflow_db)
     if held is None:
+        from fitters.registry import Registry
+
         held = {(mv.name, int(mv.version), mv.run_id) for mv in _versions(Registry(workspace).client)}
     count = len(wanted & held)
     if count < len(wanted):
@@ -125,6 +128,8 @@ def require_usable(store: Store, platform: str, alias: str, versions: dict[str, 
 # ---- the registry -----------------------------------------------------------------------------------------------
 def _versions(client: Any) -> list[Any]:
     """Every live registered version whose name is pmdb's (``<what>~<platform>`` or legacy ``pmdb.*``)."""
+    from fitters.registry import NAME_PATTERNS
+
     out, token = {}, None
     for pattern in NAME_PATTERNS:
         while True:
@@ -139,6 +144,8 @@ def _versions(client: Any) -> list[Any]:
 def _models(client: Any) -> dict[str, Any]:
     """Registered models with pmdb's names (:data:`fitters.registry.NAME_PATTERNS`) by name (with their aliases
     and tags)."""
+    from fitters.registry import NAME_PATTERNS
+
     out, token = {}, None
     for pattern in NAME_PATTERNS:
         while True:
@@ -171,6 +178,8 @@ class Comparison:
 
 def compare(store: Store, workspace: Workspace) -> Comparison:
     """Compare the mirror with the registry (without creating a missing mlflow.db)."""
+    from fitters.registry import Registry
+
     mirror = mirror_rows(store)
     out = Comparison(describe(workspace))
     local = workspace.mlflow_uri == workspace.local_mlflow_uri
@@ -216,6 +225,8 @@ def compare(store: Store, workspace: Workspace) -> Comparison:
 
 
 def _compare_champions(out: Comparison, mirror: pd.DataFrame, mirrored: dict) -> None:
+    from fitters.registry import CHAMPION
+
     store_champions = {r.name: int(r.version) for r in mirror.itertuples(index=False) if r.champion}
     names = set(store_champions) | {n for n in out.registry_models if n in set(mirror["name"])}
     for name in sorted(names):
@@ -250,12 +261,17 @@ def _model_id(model_uri: Any) -> str | None:
 
 def _local_model_ids(workspace: Workspace) -> set[str]:
     """Logged models with files in artifacts/mlflow (``<experiment>/models/m-<id>/artifacts``)."""
+    from fitters.model import MODEL_FILE
+    from fitters.registry import MODEL_DIR
+
     root = workspace.mlflow_artifacts
     return {p.parents[3].name for p in root.glob(f"*/models/m-*/artifacts/artifacts/{MODEL_DIR}/{MODEL_FILE}")}
 
 
 def checks(store: Store, workspace: Workspace) -> tuple[list[Check], Comparison]:
     """``pmdb doctor``'s lines about the registry: versions, unmirrored versions, champions, model files."""
+    from fitters.registry import half_migrated
+
     fix = pmdb_command(workspace, "doctor --repair")
     local = workspace.mlflow_uri == workspace.local_mlflow_uri
     broken = half_migrated(workspace.mlflow_db) if local else None
@@ -300,6 +316,8 @@ def checks(store: Store, workspace: Workspace) -> tuple[list[Check], Comparison]
 # ---- repair -----------------------------------------------------------------------------------------------------
 def repair(store: Store, workspace: Workspace) -> list[str]:
     """Make the registry agree with the store's mirror without losing anything; one line per thing done."""
+    from fitters.registry import Registry, half_migrated
+
     done: list[str] = []
     if workspace.mlflow_uri == workspace.local_mlflow_uri and half_migrated(workspace.mlflow_db):
         done.append(_move_aside(workspace.mlflow_db))   # rebuilt below from the model files, as a deleted one
@@ -368,6 +386,9 @@ def _move_aside(db: Path) -> str:
 def _restore_files(store: Store, workspace: Workspace, registry: Registry, cmp: Comparison) -> list[str]:
     """Registered versions whose model files are gone from artifacts/mlflow: copied back from the local model
     cache (a fetched version is the whole logged model), else marked lost."""
+    from fitters.model import MODEL_FILE
+    from fitters.registry import MODEL_DIR, cache_root
+
     out, copied = [], 0
     for name, version in cmp.no_files:
         mv = cmp.registry_versions.get((name, version))
@@ -397,6 +418,8 @@ def _storage_path(registry: Registry, mv: Any) -> Path | None:
 
 def _mark_lost(store: Store, name: str, version: int) -> str:
     """Mark a mirrored version lost (mirror alias lost-vN); a champion there is dropped so predict never uses it."""
+    from fitters.registry import set_mirror_alias
+
     set_mirror_alias(store, name, lost_alias(version), version)
     was_champion = store.scalar("SELECT count(*) FROM model_aliases WHERE name = ? AND alias = 'champion' "
                                 "AND version = ?", [name, version])
@@ -410,6 +433,9 @@ def _mark_lost(store: Store, name: str, version: int) -> str:
 def _model_files(workspace: Workspace, registry: Registry, row: Any) -> Any:
     """The pmdb model directory of a mirrored version: the logged model in artifacts/mlflow, else the local model
     cache, else (a callable fetching it into a directory) the logged model still known to the registry."""
+    from fitters.model import MODEL_FILE
+    from fitters.registry import MODEL_DIR, cache_root
+
     model_id = _model_id(row.model_uri)
     if model_id is not None:
         for found in workspace.mlflow_artifacts.glob(f"*/models/{model_id}/artifacts/artifacts/{MODEL_DIR}"):
@@ -459,6 +485,9 @@ def _register(registry: Registry, row: Any, files: Path) -> tuple[int, str, str]
     """Log the model files in a new MLflow run and register them as the next version of ``row.name``; the run
     records the mirrored metrics and the run it replaces. Returns (version, run id, model URI)."""
     import mlflow
+    import pandas as pd
+
+    from fitters.registry import log_pyfunc
 
     experiment = registry.experiment_id(str(row.platform))
     with mlflow.start_run(experiment_id=experiment, run_name=f"restored {row.name} v{int(row.version)}") as run:
@@ -480,6 +509,8 @@ def _register(registry: Registry, row: Any, files: Path) -> tuple[int, str, str]
 
 
 def _text(value: Any) -> str:
+    import pandas as pd
+
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return ""
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
@@ -503,6 +534,8 @@ def _placeholder(registry: Registry, name: str, platform: str) -> int:
 def _repair_champions(store: Store, workspace: Workspace, registry: Registry) -> list[str]:
     """MLflow's champion of each name set to the store's (predict uses the store's); removed where the store has
     none."""
+    from fitters.registry import CHAMPION
+
     cmp = compare(store, workspace)
     for name, ours, _ in cmp.champions:
         if ours is None:

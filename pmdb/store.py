@@ -25,8 +25,10 @@ import pmdb
 from pmdb import migrator, op_coverage
 from pmdb.config import Workspace
 from pmdb.errors import PmdbError
+from pmdb.rows import Rows, plain
 
 BATCH_ROWS = 2000  # rows per write transaction: an interruption loses at most this batch
+PLAIN_ROWS = 100_000  # rows Store.table returns as plain rows (~0.25 s of tuples); a larger result as a DataFrame
 
 
 RUN_ID_SHOWN = 12     # characters of a run id that `pmdb runs` and `pmdb status` show
@@ -264,6 +266,22 @@ class Store:
     # ---- queries and writes ------------------------------------------------------------------------------
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pd.DataFrame:
         return self.conn.execute(sql, params).df() if params is not None else self.conn.execute(sql).df()
+
+    def rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Rows:
+        """The result as plain Python rows, without pandas (:class:`pmdb.rows.Rows`); TypeError when a column is of
+        a type Rows does not hold (lists, dates, intervals, ...: use :meth:`query` or :meth:`table`)."""
+        return Rows.of(self.conn.execute(sql, params) if params is not None else self.conn.execute(sql))
+
+    def table(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, *,
+              most: int = PLAIN_ROWS) -> Rows | pd.DataFrame:
+        """The result as :class:`pmdb.rows.Rows` when every column's type is held as plain values and it has at
+        most ``most`` rows, else as the DataFrame :meth:`query` gives (a larger result runs the query again: past
+        that many rows pandas' columnar copy costs less than a Python tuple per row)."""
+        result = self.conn.execute(sql, params) if params is not None else self.conn.execute(sql)
+        if not plain(result.description):
+            return result.df()
+        rows = result.fetchmany(most + 1)
+        return Rows.of(result, rows) if len(rows) <= most else self.query(sql, params)
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """The first column of the first row (None without rows). The whole result is fetched, so that no result

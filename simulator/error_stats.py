@@ -5,11 +5,15 @@ computed in SQL so that ``pmdb sql`` and ``pmdb errors`` agree.
 """
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from pmdb.errors import PmdbError
 from pmdb.metrics import gmae_sql
+from pmdb.rows import Rows
 from pmdb.store import Store
+
+if TYPE_CHECKING:  # a table of `pmdb errors` is plain rows (``plain=True``): no pandas
+    import pandas as pd
 
 E2E_KEYS = ("platform", "family", "workload", "world_size", "batch_size", "sharder", "mode", "model_set_id",
             "model_set", "source_platform")
@@ -34,11 +38,12 @@ def _where(filters: dict[str, str | None]) -> tuple[str, list[str]]:
     return ("WHERE " + " AND ".join(f'"{k}" = ?' for k in given) if given else ""), list(given.values())
 
 
-def e2e_errors(store: Store, by: str | None = None, mode: str | None = None, platform: str | None = None
-               ) -> pd.DataFrame:
+def e2e_errors(store: Store, by: str | None = None, mode: str | None = None, platform: str | None = None, *,
+               plain: bool = False) -> pd.DataFrame | Rows:
     """Geomean/min/max |e| (in %) and the baseline's geomean |e| of predictions with ground truth, grouped;
     ``mode``/``platform`` (target platform) filter when given. In-sample predictions (``in_sample``: priced by a
-    version trained on the run's own trace set) are left out."""
+    version trained on the run's own trace set) are left out. ``plain``: as :meth:`Store.table` gives it (plain
+    rows, no pandas), else a DataFrame."""
     keys = _keys(by, E2E_KEYS, E2E_DEFAULT)
     cols = ", ".join(keys)
     where, params = _where({"mode": mode, "platform": platform})
@@ -51,7 +56,7 @@ def e2e_errors(store: Store, by: str | None = None, mode: str | None = None, pla
                round(100 * {gmae_sql('baseline_abs_error')}, 2) AS baseline_geomean_pct
         FROM v_prediction_errors {where}
         GROUP BY {cols} ORDER BY {cols}"""
-    return store.query(sql, params or None)
+    return (store.table if plain else store.query)(sql, params or None)
 
 
 def self_priced_note(store: Store, mode: str | None = None, platform: str | None = None) -> str | None:
@@ -66,10 +71,10 @@ def self_priced_note(store: Store, mode: str | None = None, platform: str | None
             f"traced time of the trace predicted (replay, not a model; fit models with `pmdb fit`)")
 
 
-def kernel_errors(store: Store, by: str | None = None, champions_only: bool = False, platform: str | None = None
-                  ) -> pd.DataFrame:
+def kernel_errors(store: Store, by: str | None = None, champions_only: bool = False, platform: str | None = None,
+                  *, plain: bool = False) -> pd.DataFrame | Rows:
     """Held-out test GMAE/MAPE (in %) of the registered kernel and collective models, grouped (of one platform
-    when given)."""
+    when given); ``plain`` as for :func:`e2e_errors`."""
     keys = _keys(by, KERNEL_KEYS, KERNEL_DEFAULT)
     cols = ", ".join(f'"{k}"' for k in keys)
     where, params = _where({"platform": platform})
@@ -82,14 +87,14 @@ def kernel_errors(store: Store, by: str | None = None, champions_only: bool = Fa
                round(100 * avg(test_mape), 2) AS test_mape_pct, sum(n_test) AS n_test
         FROM v_kernel_model_errors {where}
         GROUP BY {cols} ORDER BY {cols}"""
-    return store.query(sql, params or None)
+    return (store.table if plain else store.query)(sql, params or None)
 
 
-def named(store: Store, query: str) -> pd.DataFrame:
-    """Run one of the shipped named queries (sql/queries/NAME.sql)."""
+def named(store: Store, query: str, *, plain: bool = False) -> pd.DataFrame | Rows:
+    """Run one of the shipped named queries (sql/queries/NAME.sql); ``plain`` as for :func:`e2e_errors`."""
     from importlib import resources
 
     entry = resources.files("pmdb.sql").joinpath("queries", f"{query}.sql")
     if not entry.is_file():
         raise PmdbError(f"no named query {query!r}")
-    return store.query(entry.read_text())
+    return (store.table if plain else store.query)(entry.read_text())

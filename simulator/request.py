@@ -163,7 +163,7 @@ def resolve(store: Store, request: PredictionRequest,
     if sessions is not None:
         sessions[target] = session
     ran = run_threads(store, truth.workload_run_id)
-    threads = ran or recorded_threads(store, trace_set_id)
+    threads = ran or recorded_threads(store, trace_set_id, info)
     return ResolvedRequest(request, trace_set_id, info, target, truth, iterations, threads, ran, session)
 
 

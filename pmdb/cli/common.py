@@ -9,13 +9,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import typer
 
-from pmdb.cli.text_table import Cutter, column_cells, cut, dropped_note, is_empty, layout, terminal_width
+from pmdb.cli.text_table import (Cutter, as_rows, column_cells, cut, dropped_note, is_empty, layout,
+                                 terminal_width)
 from pmdb.config import Workspace, resolve_workspace
 from pmdb.errors import PmdbError
+from pmdb.rows import Rows
 
 if TYPE_CHECKING:  # pandas and the store (DuckDB) load when a command opens the store, not at start-up
     import pandas as pd
 
+    from pmdb.cli.text_table import Table
     from pmdb.store import Store
 
 ALL_ROWS_HINT = "--limit N or --format csv for all"
@@ -86,7 +89,7 @@ def row_limit(limit: int) -> Optional[int]:
     return limit or None
 
 
-def render(frame: pd.DataFrame, fmt: str = "table", output: Optional[Path] = None, *, limit: Optional[int] = None,
+def render(frame: Table, fmt: str = "table", output: Optional[Path] = None, *, limit: Optional[int] = None,
            hint: str = ALL_ROWS_HINT, labels: Optional[Mapping[str, str]] = None, lift: Sequence[str] = (),
            keep: Sequence[str] = (), cutters: Optional[Mapping[str, Cutter]] = None,
            legend: Sequence[str] = ()) -> None:
@@ -96,9 +99,12 @@ def render(frame: pd.DataFrame, fmt: str = "table", output: Optional[Path] = Non
     (a note gives the total and ``hint``), headers renamed by ``labels``, a column of ``lift`` holding one value
     printed above the table instead ('platform: NAME'), long cells cut with '…' (never those of ``keep``; those of
     ``cutters`` their own way), long values of a ``legend`` column shown as [1], [2], ... with the values listed
-    below the table, columns that do not fit left out with a note naming them."""
+    below the table, columns that do not fit left out with a note naming them. Plain :class:`Rows` print as a
+    table only (csv, json and files take the DataFrame)."""
     if fmt not in ("table", "csv", "json"):
         raise PmdbError(f"bad --format {fmt!r}: use table, csv or json")
+    if isinstance(frame, Rows) and (fmt != "table" or output is not None):
+        raise TypeError("render: csv, json and files are written from a DataFrame, not Rows")
     if output is not None:
         output = Path(output)
         if not output.parent.exists():
@@ -118,13 +124,13 @@ def render(frame: pd.DataFrame, fmt: str = "table", output: Optional[Path] = Non
     elif fmt == "json":
         typer.echo(json.dumps(json.loads(frame.to_json(orient="records", date_format="iso")), indent=1))
     elif frame.empty:
-        typer.echo("(no rows)" if len(frame.columns) else "(no result)")
+        typer.echo("(no rows)" if len(frame.names if isinstance(frame, Rows) else frame.columns) else "(no result)")
     else:
         typer.echo("\n".join(table_lines(frame, limit=limit, hint=hint, labels=labels, lift=lift, keep=keep,
                                          cutters=cutters, legend=legend)))
 
 
-def table_lines(frame: pd.DataFrame, *, limit: Optional[int] = None, hint: str = ALL_ROWS_HINT,
+def table_lines(frame: Table, *, limit: Optional[int] = None, hint: str = ALL_ROWS_HINT,
                 labels: Optional[Mapping[str, str]] = None, lift: Sequence[str] = (), keep: Sequence[str] = (),
                 cutters: Optional[Mapping[str, Cutter]] = None, legend: Sequence[str] = (),
                 width: Optional[int] = None) -> list[str]:
@@ -132,29 +138,31 @@ def table_lines(frame: pd.DataFrame, *, limit: Optional[int] = None, hint: str =
     width = width or terminal_width()
     labels = dict(labels or {})
     lines: list[str] = []
-    for column in lift:
-        values = frame[column].tolist() if column in frame.columns else []
+    for column in lift:  # a DataFrame as it is: its cells are read as Rows below, of the rows shown only
+        values = _values(frame, column)
         if values and not is_empty(values[0]) and all(v == values[0] for v in values):
             lines.append(cut(f"{labels.get(column, column)}: {values[0]}", width))
-            frame = frame.drop(columns=[column])
+            frame = frame.drop([column]) if isinstance(frame, Rows) else frame.drop(columns=[column])
     total = len(frame)
     if limit and total > limit:
         frame = frame.head(limit)
+    frame = as_rows(frame)
     whole = frame  # before long values become legend keys
     below: dict[str, list[str]] = {}  # legend lines per (labelled) column
     for column in legend:
-        if column not in frame.columns:
+        if column not in frame.names:
             continue
         keys: dict[str, str] = {}
-        for value in frame[column]:
+        for value in frame.column(column):
             if not is_empty(value) and len(str(value)) > LEGEND_LENGTH:
                 keys.setdefault(str(value), f"[{len(keys) + sum(map(len, below.values())) + 1}]")
-        frame = frame.assign(**{column: [keys.get(str(v), v) for v in frame[column]]})
+        if keys:  # keys among the values: each shown as text
+            frame = frame.with_column(column, [keys.get(str(v), v) for v in frame.column(column)])
         below[labels.get(column, column)] = [cut(f"{key} {value}", width) for value, key in keys.items()]
-    body, dropped = layout(frame.rename(columns=labels), width, keep=[labels.get(k, k) for k in keep],
+    body, dropped = layout(frame.rename(labels), width, keep=[labels.get(k, k) for k in keep],
                            cutters={labels.get(k, k): f for k, f in (cutters or {}).items()})
     if dropped and len(frame) == 1:  # one row too wide for a line: one line per column instead
-        return lines + record_lines(whole.rename(columns=labels), width)
+        return lines + record_lines(whole.rename(labels), width)
     lines += body
     for column, listed in below.items():
         lines += [] if column in dropped else listed
@@ -165,8 +173,16 @@ def table_lines(frame: pd.DataFrame, *, limit: Optional[int] = None, hint: str =
     return lines
 
 
-def record_lines(frame: pd.DataFrame, width: int) -> list[str]:
+def _values(frame: Table, column: str) -> list[Any]:
+    """The values of ``column`` in ``frame`` ([] without it)."""
+    if isinstance(frame, Rows):
+        return frame.column(column) if column in frame.names else []
+    return frame[column].tolist() if column in frame.columns else []
+
+
+def record_lines(frame: Table, width: int) -> list[str]:
     """The one row of ``frame`` as 'column  value' lines, values cut to ``width``."""
-    names = [str(c) for c in frame.columns]
-    pad = max(map(len, names))
-    return [cut(f"{name.ljust(pad)}  {column_cells(frame.iloc[:, i])[0][0]}", width) for i, name in enumerate(names)]
+    frame = as_rows(frame)
+    pad = max(map(len, frame.names))
+    return [cut(f"{name.ljust(pad)}  {column_cells(frame.column(i), frame.kinds[i])[0][0]}", width)
+            for i, name in enumerate(frame.names)]

@@ -9,7 +9,7 @@ from typing import Optional
 import duckdb
 import typer
 
-from pmdb import migrator, platform as platforms
+from pmdb import migrator, summary
 from pmdb.cli import run_list
 from pmdb.cli.common import limit_option, open_store, render, row_limit, workspace
 from pmdb.cli.text_table import LIFTED, SHORT_HEADERS, ids_last, terminal_width
@@ -19,12 +19,6 @@ from pmdb.store import Store
 
 SQL_TABLE_ROWS = 50     # rows `pmdb sql` prints as a table unless --limit says otherwise
 STATUS_RUNS = 10        # latest runs `pmdb status` shows
-
-# table -> its platform column, for `pmdb status`
-_TABLES_WITH_PLATFORM = {"op_measurements": "platform", "collective_measurements": "platform",
-                         "platform_peaks": "platform", "workload_runs": "platform", "trace_sets": "platform",
-                         "overhead_versions": "platform", "model_versions": "platform",
-                         "predictions": "target_platform"}
 
 
 def init(ctx: typer.Context) -> None:
@@ -43,6 +37,8 @@ def platform(ctx: typer.Context,
              list_: bool = typer.Option(False, "--list", help="List every platform with its GPU specs (registered "
                                                               "with `pmdb platform-specs`) and exit.")) -> None:
     """Detect this machine, register it as a platform and print what was detected."""
+    from pmdb import platform as platforms
+
     if list_:
         from collectors.gpu_specs import listing
         with open_store(ctx, read_only=True) as store:
@@ -61,20 +57,15 @@ def status(ctx: typer.Context) -> None:
     with open_store(ctx, read_only=True) as store:
         version = migrator.current_version(store.conn)
         typer.echo(f"workspace {store.workspace.home}  schema v{version}")
-        parts = [f"SELECT '{t}' AS table_name, {col} AS platform, count(*) AS rows FROM {t} GROUP BY {col}"
-                 for t, col in _TABLES_WITH_PLATFORM.items()]
-        counts = store.query(" UNION ALL ".join(parts) + " ORDER BY table_name, platform")
-        platforms_frame = store.query(
-            "SELECT name, device_kind AS kind, CASE WHEN device_kind = 'cpu' THEN cpu_model "
-            "ELSE coalesce(gpu_name, cpu_model) END AS device, gpu_count AS gpus, is_imported AS imported "
-            "FROM platforms ORDER BY name")
-        latest, total = run_list.runs_frame(store, limit=STATUS_RUNS)
+        counts = summary.row_counts(store)
+        platform_rows = summary.platforms(store)
+        latest, total = run_list.runs_rows(store, limit=STATUS_RUNS)
         registry = _registry_problem(store, workspace(ctx))
     if registry:
         typer.echo(textwrap.fill(f"warning: {registry}", terminal_width(), subsequent_indent="  ",
                                  break_long_words=False, break_on_hyphens=False))
     typer.echo("\nplatforms:")
-    render(platforms_frame)
+    render(platform_rows)
     typer.echo("\nrows per table and platform:")
     render(counts, lift=("platform",))
     more = f" ({len(latest)} of {total}; `pmdb runs --limit N` lists more)" if total > len(latest) else ""
@@ -109,16 +100,16 @@ def runs(ctx: typer.Context,
         raise PmdbError(f"bad --status {status_!r}: use running, completed, failed or interrupted")
     cap = row_limit(limit)
     with open_store(ctx, read_only=True) as store:
-        frame, total = run_list.runs_frame(store, kind=kind, status=status_, markers=all_, limit=cap)
+        if fmt != "table":  # csv and json: pandas' frame, with its times
+            render(run_list.runs_frame(store, kind=kind, status=status_, markers=all_, limit=cap)[0], fmt)
+            return
+        listed, total = run_list.runs_rows(store, kind=kind, status=status_, markers=all_, limit=cap)
         hidden = 0 if all_ or kind else run_list.hidden_markers(store, status_)
-    if fmt != "table":
-        render(frame, fmt)
-        return
-    render(run_list.runs_table(frame) if len(frame) else frame, lift=run_list.LIFTED, keep=("run_id",))
-    for line in run_list.error_lines(frame, terminal_width()):
+    render(run_list.runs_table(listed) if len(listed) else listed, lift=run_list.LIFTED, keep=("run_id",))
+    for line in run_list.error_lines(listed, terminal_width()):
         typer.echo(line)
-    if len(frame) < total:
-        typer.echo(f"(showing {len(frame)} of {total} runs; --limit N for more)")
+    if len(listed) < total:
+        typer.echo(f"(showing {len(listed)} of {total} runs; --limit N for more)")
     if hidden:
         typer.echo(f"({hidden} quickstart step markers not shown; --all shows them)")
 
@@ -176,8 +167,8 @@ def sql(ctx: typer.Context,
         text = statement
     with open_store(ctx, read_only=True) as store:
         store.lock_down()
-        try:
-            frame = store.query(text)
+        try:  # a table from plain rows where the result allows (no pandas); csv, json, files from a frame
+            frame = store.table(text) if fmt == "table" and output is None else store.query(text)
         except duckdb.PermissionException:
             raise PmdbError(f"`pmdb sql` only reads the store: {_READ_ONLY}") from None
         except duckdb.Error as exc:

@@ -6,17 +6,18 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-import pandas as pd
 import typer
 
 from pmdb import platform as platforms
 from pmdb.cli.common import full_run_id, limit_option, open_store, render, row_limit
-from pmdb.cli.text_table import terminal_width
+from pmdb.cli.text_table import columns_last, terminal_width
 from pmdb.errors import PmdbError
 from pmdb.notes import wrapped
 from simulator import error_stats as error_tables
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas loads where a prediction is printed: `pmdb errors` prints plain rows
+    import pandas as pd
+
     from simulator.request import PredictionRequest
     from simulator.store_rows import Prediction
 
@@ -33,10 +34,14 @@ ERROR_LABELS = {  # short headers of the `pmdb errors` tables (csv and json keep
 
 
 def _ms(value: Any) -> str:
+    import pandas as pd
+
     return "-" if value is None or pd.isna(value) else f"{value / 1000:.3f} ms"
 
 
 def _show(pid: int, pred: Prediction, fmt: str) -> None:
+    import pandas as pd
+
     res = pred.result
     err = pred.rel_error
     summary = pd.DataFrame([{
@@ -227,6 +232,8 @@ def _predict_all(store: Any, request: PredictionRequest, fmt: str) -> list[int]:
     """``--all``: the pending workload runs of the platform (the target, else this machine), then the pending
     imported trace sets (of the target, or of every platform, each on its own); an imported set that cannot be
     predicted is named and skipped. Returns the prediction ids."""
+    import pandas as pd
+
     from simulator.pending import pending_requests
     from simulator.predict import predict_each
 
@@ -291,22 +298,20 @@ def errors(ctx: typer.Context,
             platforms.load(store, platform)  # the one-line unknown-platform error
         tables = {
             "e2e": ("end-to-end prediction errors (% of measured)",
-                    lambda: error_tables.e2e_errors(store, by, mode, platform)),
+                    lambda plain: error_tables.e2e_errors(store, by, mode, platform, plain=plain)),
             "kernel": ("kernel/collective model test errors (held-out split, %)",
-                       lambda: error_tables.kernel_errors(store, kernel_by, champions, platform)),
+                       lambda plain: error_tables.kernel_errors(store, kernel_by, champions, platform, plain=plain)),
             "baseline": ("predictions beside the baseline (sum of kernel times per stream)",
-                         lambda: error_tables.named(store, "prediction_vs_baseline")),
+                         lambda plain: error_tables.named(store, "prediction_vs_baseline", plain=plain)),
             "side-by-side": ("the same trace set predicted by two model-version sets",
-                             lambda: error_tables.named(store, "model_sets_side_by_side"))}
+                             lambda plain: error_tables.named(store, "model_sets_side_by_side", plain=plain))}
         for name in chosen:
             title, make = tables[name]
             if fmt != "table":
-                render(make(), fmt)
+                render(make(False), fmt)
                 continue
             typer.echo(f"\n{title}:")
-            frame = make()
-            last = [c for c in ERROR_COLUMNS_LAST if c in frame.columns]  # the errors first
-            render(frame[[c for c in frame.columns if c not in last] + last], limit=cap,
+            render(columns_last(make(True), ERROR_COLUMNS_LAST), limit=cap,  # the errors first
                    labels=ERROR_LABELS, lift=("platform", "mode", "model_set_id"),
                    legend=("model_set_id", "model_set"))
             note = error_tables.self_priced_note(store, mode, platform) if name == "e2e" else None

@@ -3,12 +3,14 @@ workload runs, its workload), its duration, quickstart's marker runs left out un
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Optional
 
 from pmdb.cli.text_table import cut, is_empty
+from pmdb.rows import Rows
 from pmdb.store import RUN_ID_SHOWN, Store
+
+if TYPE_CHECKING:  # the table view is plain rows; pandas only for csv and json
+    import pandas as pd
 
 MARKER_KIND = "quickstart"  # one short run per quickstart step, recording that the step completed
 STATUSES = ("running", "completed", "failed", "interrupted")
@@ -77,10 +79,10 @@ def took(seconds: Any) -> str:
     return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
 
 
-def runs_frame(store: Store, *, kind: Optional[str] = None, status: Optional[str] = None, markers: bool = False,
-               limit: Optional[int] = None) -> tuple[pd.DataFrame, int]:
-    """Runs newest first (at most ``limit``) with 'what' and duration_s, and how many matched in all. Quickstart
-    markers only with ``markers`` or when ``kind`` asks for them."""
+def _query(kind: Optional[str], status: Optional[str], markers: bool,
+           limit: Optional[int]) -> tuple[str, str, list[Any]]:
+    """The SQL counting the runs asked for, the SQL listing them newest first (at most ``limit``, its last
+    parameter), and the parameters of their filters."""
     where, params = [], []
     if kind:
         where.append("c.kind = ?"), params.append(kind)
@@ -89,38 +91,67 @@ def runs_frame(store: Store, *, kind: Optional[str] = None, status: Optional[str
     if status:
         where.append("c.status = ?"), params.append(status)
     clause = " WHERE " + " AND ".join(where) if where else ""
-    total = int(store.query(f"SELECT count(*) AS n FROM collection_runs c{clause}", params or None)["n"].iloc[0])
     sql = ("SELECT c.run_id, c.kind, c.args, c.platform, c.status, c.started_at, c.finished_at, "
            "date_diff('millisecond', c.started_at, c.finished_at) / 1000.0 AS duration_s, c.error, "
            "w.name AS workload, w.world_size AS workload_world_size, w.sharder AS workload_sharder "
            "FROM collection_runs c LEFT JOIN workload_runs r ON r.run_id = c.run_id "
            "LEFT JOIN workloads w ON w.workload_id = r.workload_id"
            f"{clause} ORDER BY c.started_at DESC" + (" LIMIT ?" if limit else ""))
+    return f"SELECT count(*) AS n FROM collection_runs c{clause}", sql, params
+
+
+_JOINED = ("args", "workload", "workload_world_size", "workload_sharder")  # read for 'what', then dropped
+
+
+def _what(kind: str, args: Any, workload: Any, world_size: Any, sharder: Any) -> Optional[str]:
+    """'what' of one listed run (None when nothing is known) from its kind, args and workload columns."""
+    known = None if is_empty(workload) else {k: None if is_empty(v) else v for k, v in (
+        ("name", workload), ("world_size", world_size), ("sharder", sharder))}
+    return describe(kind, _args(args), known) or None
+
+
+def runs_rows(store: Store, *, kind: Optional[str] = None, status: Optional[str] = None, markers: bool = False,
+              limit: Optional[int] = None) -> tuple[Rows, int]:
+    """Runs newest first (at most ``limit``) as plain rows: run_id, kind, what, platform, status, started_at,
+    finished_at, duration_s (s, to the ms), error; and how many matched in all. Quickstart markers only with
+    ``markers`` or when ``kind`` asks for them."""
+    count_sql, sql, params = _query(kind, status, markers, limit)
+    total = int(store.scalar(count_sql, params))
+    rows = store.rows(sql, params + ([limit] if limit else []) or None)
+    at = {name: i for i, name in enumerate(rows.names)}
+    what = [_what(*(row[at[n]] for n in ("kind",) + _JOINED)) for row in rows.rows]
+    durations = [None if is_empty(d) else round(d, 3) for d in rows.column("duration_s")]
+    rows = rows.with_column("what", what, at=2).with_column("duration_s", durations, rows.kinds[at["duration_s"]])
+    return rows.drop(_JOINED), total
+
+
+def runs_frame(store: Store, *, kind: Optional[str] = None, status: Optional[str] = None, markers: bool = False,
+               limit: Optional[int] = None) -> tuple[pd.DataFrame, int]:
+    """:func:`runs_rows` as a DataFrame (for csv and json; pandas' types, as a query's frame has them)."""
+    count_sql, sql, params = _query(kind, status, markers, limit)
+    total = int(store.scalar(count_sql, params))
     frame = store.query(sql, params + ([limit] if limit else []) or None)
-    what = []
-    for row in frame.itertuples(index=False):
-        workload = None if is_empty(row.workload) else {
-            k: None if is_empty(v) else v for k, v in (("name", row.workload), ("world_size", row.workload_world_size),
-                                                       ("sharder", row.workload_sharder))}
-        what.append(describe(row.kind, _args(row.args), workload) or None)
-    frame.insert(2, "what", what)
+    frame.insert(2, "what", [_what(row.kind, row.args, row.workload, row.workload_world_size, row.workload_sharder)
+                             for row in frame.itertuples(index=False)])
     frame["duration_s"] = frame["duration_s"].round(3)
-    return frame.drop(columns=["args", "workload", "workload_world_size", "workload_sharder"]), total
+    return frame.drop(columns=list(_JOINED)), total
 
 
 def hidden_markers(store: Store, status: Optional[str] = None) -> int:
     """How many quickstart marker runs (of ``status``, when given) the default listing leaves out."""
     sql = "SELECT count(*) AS n FROM collection_runs WHERE kind = ?" + (" AND status = ?" if status else "")
-    return int(store.query(sql, [MARKER_KIND] + ([status] if status else []))["n"].iloc[0])
+    return int(store.scalar(sql, [MARKER_KIND] + ([status] if status else [])))
 
 
-def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The table view: duration as 'took', no timestamps (csv and json keep them)."""
-    shown = frame.assign(took=frame["duration_s"].map(took), run_id=frame["run_id"].str[:RUN_ID_SHOWN])
-    return shown[list(TABLE_COLUMNS)]
+def runs_table(runs: Rows) -> Rows:
+    """The table view of :func:`runs_rows`: duration as 'took', run ids shortened, no timestamps (csv and json keep
+    them)."""
+    shown = runs.with_column("took", [took(d) for d in runs.column("duration_s")])
+    shown = shown.with_column("run_id", [r[:RUN_ID_SHOWN] for r in runs.column("run_id")])
+    return shown.select(TABLE_COLUMNS)
 
 
-def error_lines(frame: pd.DataFrame, width: int) -> list[str]:
-    """'<run id>: <error>' per shown run that failed or was interrupted, cut to ``width``."""
-    return [cut(f"{row.run_id}: {row.error}", width) for row in frame.itertuples(index=False)
-            if not is_empty(row.error)]
+def error_lines(runs: Rows, width: int) -> list[str]:
+    """'<run id>: <error>' per listed run that failed or was interrupted, cut to ``width``."""
+    return [cut(f"{run_id}: {error}", width) for run_id, error in zip(runs.column("run_id"), runs.column("error"))
+            if not is_empty(error)]

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import math
 import shutil
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
-if TYPE_CHECKING:  # imported where cells are read, so that importing this module costs no pandas
+from pmdb.rows import FLOAT, TIME, Rows
+
+if TYPE_CHECKING:  # a DataFrame is read as Rows (Rows.from_frame), so that tables of plain rows cost no pandas
     import pandas as pd
+
+    Table = Union[pd.DataFrame, Rows]
 
 EMPTY = "-"         # None, NaN, NaT and <NA> all read like this
 ELLIPSIS = "…"
@@ -31,16 +36,33 @@ def terminal_width() -> int:
 
 def is_empty(value: Any) -> bool:
     """True for None, NaN, NaT and pandas' NA (lists and arrays are never empty cells)."""
-    import pandas as pd
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    pd = sys.modules.get("pandas")  # NaT and NA exist only once pandas is loaded: not imported for plain rows
+    return pd is not None and bool(pd.api.types.is_scalar(value) and pd.isna(value))
 
-    return bool(pd.api.types.is_scalar(value) and pd.isna(value))
+
+def as_rows(frame: Table) -> Rows:
+    """A table as :class:`Rows` (a DataFrame converted; Rows as they are)."""
+    return frame if isinstance(frame, Rows) else Rows.from_frame(frame)
 
 
-def ids_last(frame: pd.DataFrame) -> pd.DataFrame:
+def columns_last(frame: Table, last: Sequence[str]) -> Table:
+    """``frame`` with the columns of ``last`` it has moved to the right end, in that order."""
+    names = list(frame.names if isinstance(frame, Rows) else frame.columns)
+    moved = [c for c in last if c in names]
+    order = [c for c in names if c not in moved] + moved
+    return frame if order == names else frame.select(order) if isinstance(frame, Rows) else frame[order]
+
+
+def ids_last(frame: Table) -> Table:
     """``frame`` with its id columns ('id', '*_id') moved to the right end: in a narrow table they are the first
     left out (named in the note), and the columns that tell the rows apart keep their room."""
-    ids = [c for c in frame.columns if str(c) == "id" or str(c).endswith("_id")]
-    return frame[[c for c in frame.columns if c not in ids] + ids] if 0 < len(ids) < len(frame.columns) else frame
+    names = list(frame.names if isinstance(frame, Rows) else frame.columns)
+    ids = [c for c in names if str(c) == "id" or str(c).endswith("_id")]
+    return columns_last(frame, ids) if 0 < len(ids) < len(names) else frame
 
 
 def cut(text: str, width: int) -> str:
@@ -78,16 +100,14 @@ def _float_cells(values: list[float]) -> list[str]:
     return [f"{v:.{decimals}f}" for v in values]
 
 
-def column_cells(series: pd.Series) -> tuple[list[str], bool]:
-    """The cells of one column as text, and whether it is numeric (right-aligned)."""
-    import pandas as pd
-
-    values = series.tolist()
+def column_cells(values: Sequence[Any], kind: str) -> tuple[list[str], bool]:
+    """The cells of one column (its values, of :mod:`pmdb.rows` ``kind``) as text, and whether it is numeric
+    (right-aligned)."""
     empty = [is_empty(v) for v in values]
-    numeric = pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype)
-    if pd.api.types.is_datetime64_any_dtype(series.dtype):
+    numeric = kind == FLOAT
+    if kind == TIME:
         texts = [v.strftime("%Y-%m-%d %H:%M:%S") if not e else "" for v, e in zip(values, empty)]
-    elif numeric and pd.api.types.is_float_dtype(series.dtype):
+    elif numeric:
         shown = _float_cells([float(v) for v, e in zip(values, empty) if not e])
         it = iter(shown)
         texts = [next(it) if not e else "" for e in empty]
@@ -110,7 +130,7 @@ def _is_number(text: str) -> bool:
 Cutter = Callable[[str, int], str]
 
 
-def layout(frame: pd.DataFrame, width: int, *, keep: Sequence[str] = (),
+def layout(frame: Table, width: int, *, keep: Sequence[str] = (),
            cutters: Optional[Mapping[str, Cutter]] = None, max_cell: int = MAX_CELL) -> tuple[list[str], list[str]]:
     """The lines of ``frame`` as a table at most ``width`` characters wide, and the columns left out.
 
@@ -120,11 +140,12 @@ def layout(frame: pd.DataFrame, width: int, *, keep: Sequence[str] = (),
     down to a third of the width). ``cutters`` cut the cells of some columns
     their own way (``cut_segments`` for dotted names; the default cuts at the end)."""
     cutters = cutters or {}
-    names = [str(c) for c in frame.columns]
+    frame = as_rows(frame)
+    names = list(frame.names)
     keep = set(keep) | {n for n in names if n == "id" or n.endswith("_id")}  # ids are copied: never cut
     cells, numeric = [], []
     for i, name in enumerate(names):
-        texts, is_num = column_cells(frame.iloc[:, i])
+        texts, is_num = column_cells(frame.column(i), frame.kinds[i])
         if not is_num and name not in keep and name not in cutters:
             texts = [cut(t, max_cell) for t in texts]
         cells.append(texts)

@@ -12,10 +12,15 @@ def _value(store: Store, sql: str, params: list) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
 
 
-def recorded_threads(store: Store, trace_set_id: int) -> int | None:
+def recorded_threads(store: Store, trace_set_id: int, info: dict | None = None) -> int | None:
     """Intra-op threads per rank the trace set was recorded with: stored with the set (imported traces), else those
-    of the latest completed workload run of its workload on its platform (captured traces); None when unknown."""
-    stored = _value(store, "SELECT threads FROM trace_sets WHERE trace_set_id = ?", [int(trace_set_id)])
+    of the latest completed workload run of its workload on its platform (captured traces); None when unknown.
+    ``info``: the set's row when already read (:func:`pmdb.traces.set_rows.trace_set_info`), saving a query."""
+    if info is not None and "threads" in info:
+        value = info["threads"]
+        stored = None if value is None or pd.isna(value) else float(value)
+    else:
+        stored = _value(store, "SELECT threads FROM trace_sets WHERE trace_set_id = ?", [int(trace_set_id)])
     if stored is not None:
         return int(stored)
     run = _value(store, "SELECT w.threads FROM v_workload_runs w JOIN trace_sets s ON s.workload_id = w.workload_id "
