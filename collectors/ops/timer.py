@@ -171,9 +171,9 @@ class CacheFlusher:
             if self.buffer is None:
                 self.buffer = np.ones(max(1, self.stream_bytes // 4), dtype=np.float32)
             np.add(self.buffer, 1.0, out=self.buffer)
-        self._rewarm()
+        self.rewarm()
 
-    def _rewarm(self) -> None:
+    def rewarm(self) -> None:
         """Touch the Python -> ATen -> autograd dispatch path with operands that are not the measured op's."""
         out = torch.nn.functional.linear(self._mat, self._mat).relu().add(self._vec).mul(self._vec).sum()
         torch.autograd.grad(out, (self._vec,))

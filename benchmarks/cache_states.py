@@ -1,0 +1,180 @@
+"""Where an op's operands sit, and what it costs on this host: the caches' effective sizes and three cache states.
+
+Diagnosis for the main job on either host (issue #36, item 2): nothing here is fitted on, and no prediction rule is
+chosen by it. Two measurements, both on one thread:
+
+1. **Effective capacities.** A read of a buffer touched just before, for sizes from 0.5 MiB to 1 GiB: GB/s against
+   size. The knees are the capacities a training step's operands actually find (on a VM, a shared last-level cache
+   may hold far less than lscpu's figure), beside sysfs's sizes (:func:`pmdb.platform.cache_sizes`).
+2. **Three states of the demo's op shapes** (DLRM ``dlrm_mixed`` MLPs and interaction, the small transformers):
+   ``warm`` (back to back), ``llc`` (operands pushed out of L1/L2 by streaming 4x the L2 through the core, then the
+   dispatch path and the op re-warmed on a twin's operands, as the sweep's cold state does: the operands are then in
+   the last-level cache) and ``cold`` (the sweep's cold state: the operands' lines flushed from every level by
+   :class:`collectors.ops.timer.CacheFlusher`, then the same re-warm). Repetitions of the three alternate, so a busy
+   neighbour slows them alike; medians of ``--reps``. ``(llc - warm) / (cold - warm)`` says how much of the cold
+   penalty an LLC hit already pays: near 1, cold and in-LLC cost the same on this host.
+
+    .venv/bin/python benchmarks/cache_states.py [--reps 40] [--out FILE.md]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+from pmdb_commands import host_line  # noqa: E402
+from pmdb.platform import cache_sizes  # noqa: E402
+from collectors.ops.timer import CacheFlusher  # noqa: E402
+
+SIZES_MIB = (0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+Op = Callable[[], Any]
+
+
+def read_rate(mib: float, budget_mib: float = 2048) -> float:
+    """GB/s of a sum over a float64 buffer of ``mib`` MiB read just after it was read (median of repeats)."""
+    buf = np.ones(int(mib * 2 ** 20 / 8))
+    buf.sum()
+    times = []
+    for _ in range(int(min(50, max(3, budget_mib / mib)))):
+        start = time.perf_counter()
+        buf.sum()
+        times.append(time.perf_counter() - start)
+    return mib * 2 ** 20 / float(np.median(times)) / 1e9
+
+
+def _relu_bw(*shape: int) -> Callable[[], tuple[Op, tuple]]:
+    def make():
+        y, g = torch.randn(*shape).relu(), torch.randn(*shape)
+        return (lambda: torch.ops.aten.threshold_backward(g, y, 0.0)), (y, g)
+    return make
+
+
+def _addmm(m: int, k: int, n: int) -> Callable[[], tuple[Op, tuple]]:
+    def make():
+        b, x, w = torch.randn(n), torch.randn(m, k), torch.randn(n, k)
+        return (lambda: torch.addmm(b, x, w.t())), (b, x, w)
+    return make
+
+
+def _wgrad(m: int, k: int, n: int) -> Callable[[], tuple[Op, tuple]]:
+    def make():
+        g, x = torch.randn(m, n), torch.randn(m, k)
+        return (lambda: g.t().mm(x)), (g, x)
+    return make
+
+
+def _bmm(b: int, n: int, d: int, e: int | None = None) -> Callable[[], tuple[Op, tuple]]:
+    def make():
+        x, y = torch.randn(b, n, d), torch.randn(b, d, e or n)
+        return (lambda: torch.bmm(x, y)), (x, y)
+    return make
+
+
+def _add(*shape: int) -> Callable[[], tuple[Op, tuple]]:
+    def make():
+        a, b = torch.randn(*shape), torch.randn(*shape)
+        return (lambda: a + b), (a, b)
+    return make
+
+
+def _layer_norm(*shape: int) -> Callable[[], tuple[Op, tuple]]:
+    def make():
+        x, w, b = torch.randn(*shape), torch.ones(shape[-1]), torch.zeros(shape[-1])
+        return (lambda: torch.nn.functional.layer_norm(x, (shape[-1],), w, b)), (x, w, b)
+    return make
+
+
+SHAPES = {  # the demo's shapes: dlrm_mixed (batch 256, bottom 512-64, top 85-1024-1, 7 vectors of 64) and the
+    # small transformers (batch 8, seq 64, hidden 64, 4 heads)
+    "dlrm relu backward 256x1024": _relu_bw(256, 1024),
+    "dlrm relu backward 256x64": _relu_bw(256, 64),
+    "dlrm addmm 256x512 -> 64": _addmm(256, 512, 64),
+    "dlrm addmm 256x85 -> 1024": _addmm(256, 85, 1024),
+    "dlrm addmm 256x1024 -> 1": _addmm(256, 1024, 1),
+    "dlrm weight grad 85x1024 (m 256)": _wgrad(256, 85, 1024),
+    "dlrm weight grad 512x64 (m 256)": _wgrad(256, 512, 64),
+    "dlrm interaction bmm 256x7x64": _bmm(256, 7, 64),
+    "transformer add 8x64x64": _add(8, 64, 64),
+    "transformer addmm 512x64 -> 64": _addmm(512, 64, 64),
+    "transformer addmm 512x64 -> 256": _addmm(512, 64, 256),
+    "transformer layer_norm 8x64x64": _layer_norm(8, 64, 64),
+    "transformer attention bmm 32x64x16": _bmm(32, 64, 16),
+}
+
+
+def three_states(make: Callable[[], tuple[Op, tuple]], flusher: CacheFlusher, stream: np.ndarray,
+                 reps: int) -> dict[str, float]:
+    """Median µs of the op warm, in the LLC and cold, repetitions alternated."""
+    fn, roots = make()
+    twin, _ = make()
+    flusher.target(fn, *roots)
+    for _ in range(5):
+        fn()
+    samples: dict[str, list[float]] = {"warm": [], "llc": [], "cold": []}
+    for _ in range(reps):
+        for state in ("cold", "warm", "llc"):
+            if state == "cold":
+                flusher.flush()
+                twin()
+            elif state == "llc":
+                np.add(stream, 1.0, out=stream)   # L1 and L2 refilled with the stream: the operands are in the LLC
+                flusher.rewarm()
+                twin()
+            start = time.perf_counter_ns()
+            out = fn()
+            samples[state].append((time.perf_counter_ns() - start) / 1e3)
+            del out
+    return {state: float(np.median(v)) for state, v in samples.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=40, help="repetitions of each state per shape (default 40)")
+    parser.add_argument("--out", type=Path, default=None, help="Markdown results file (default: print only)")
+    args = parser.parse_args(argv)
+    if args.reps < 3:
+        print("cache_states: --reps must be at least 3", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]
+    sysfs = cache_sizes()
+    l2 = sysfs.get("l2_bytes") or 2 ** 21
+    lines = [f"# Cache states on this host — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
+             f"Host: {host_line()}; sysfs: L2 {l2 / 2 ** 20:g} MiB per core, LLC "
+             f"{(sysfs.get('llc_bytes') or 0) / 2 ** 20:g} MiB; one thread; load average {load_before:.2f} at start. "
+             f"`benchmarks/cache_states.py` (diagnosis only: nothing is fitted on it).", "",
+             "## Read rate of a buffer just read (effective capacities)", "", "| MiB | GB/s |", "|---|---|"]
+    for mib in SIZES_MIB:
+        lines.append(f"| {mib:g} | {read_rate(mib):.1f} |")
+    flusher = CacheFlusher()
+    stream = np.ones(4 * l2 // 4, dtype=np.float32)
+    lines += ["", f"## The demo's op shapes in three states (median µs of {args.reps}; `llc`: a {4 * l2 / 2 ** 20:g} "
+              f"MiB stream, then the re-warm; `cold`: {flusher.evictor.method if flusher.evictor else 'a stream'} of the "
+              "operands, then the "
+              "re-warm)", "", "| op | warm | llc | cold | (llc - warm) / (cold - warm) |", "|---|---|---|---|---|"]
+    for name, make in SHAPES.items():
+        t = three_states(make, flusher, stream, args.reps)
+        share = (t["llc"] - t["warm"]) / (t["cold"] - t["warm"]) if t["cold"] - t["warm"] > 1e-9 else float("nan")
+        lines.append(f"| {name} | {t['warm']:.1f} | {t['llc']:.1f} | {t['cold']:.1f} | {share:.2f} |")
+    lines += ["", f"Load average {os.getloadavg()[0]:.2f} at the end."]
+    report = "\n".join(lines) + "\n"
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,27 @@
+"""benchmarks/cache_states.py: the read-rate probe and the three cache states run on this host, and a bad option is
+refused in one line."""
+import numpy as np
+
+from tests.harness import load_benchmark
+
+
+def test_three_states_of_one_shape_are_timed_and_cold_is_not_cheaper_than_warm():
+    bench = load_benchmark("cache_states")
+    from collectors.ops.timer import CacheFlusher
+
+    stream = np.ones(2 ** 20, dtype=np.float32)
+    times = bench.three_states(bench.SHAPES["dlrm addmm 256x512 -> 64"], CacheFlusher(), stream, reps=5)
+    assert set(times) == {"warm", "llc", "cold"}
+    assert all(t > 0 for t in times.values())
+    assert times["cold"] > 0.8 * times["warm"]   # a flushed operand is never markedly faster than a cached one
+
+
+def test_read_rate_is_a_rate():
+    bench = load_benchmark("cache_states")
+    assert 0.1 < bench.read_rate(0.5, budget_mib=4) < 10_000   # GB/s
+
+
+def test_too_few_repetitions_are_refused(capsys):
+    bench = load_benchmark("cache_states")
+    assert bench.main(["--reps", "1"]) == 2
+    assert "at least 3" in capsys.readouterr().err
