@@ -58,7 +58,7 @@ pmdb, sql = _COMMANDS.run, _COMMANDS.sql
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = workspace_parser(__doc__, RESULTS / "gpu_e2e_accuracy.md", 4.0, "the V100")
+    parser = workspace_parser(__doc__, RESULTS / "gpu_e2e_accuracy.md", 10.0, "the V100")
     parser.add_argument("--cross-gpu-max-rows", type=int, default=3000,
                         help="rows per source GPU and op for the L4's cross-GPU models (a seeded sample)")
     args = parser.parse_args(argv)

@@ -61,7 +61,7 @@ def _prediction(home: Path, log: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = workspace_parser(__doc__, RESULTS / "gpu_trace_accuracy.md", 3.0, "nvidia-h200 on the mined rows")
+    parser = workspace_parser(__doc__, RESULTS / "gpu_trace_accuracy.md", 10.0, "nvidia-h200 on the mined rows")
     parser.add_argument("--cross-gpu-max-rows", type=int, default=3000,
                         help="rows per source GPU and op for the H200's cross-GPU models (a seeded sample)")
     args = parser.parse_args(argv)

@@ -61,7 +61,8 @@ def workspace_parser(doc: str, out: Path, fit_budget_minutes: float, fitted: str
                         help="workspace to build (default: a new temporary one; must not exist)")
     parser.add_argument("--out", type=Path, default=out, help="Markdown results file")
     parser.add_argument("--fit-budget-minutes", type=float, default=fit_budget_minutes,
-                        help=f"time budget of `pmdb fit --all` of {fitted} (default {fit_budget_minutes:g})")
+                        help=f"safety cap on the searches of `pmdb fit --all` of {fitted} (counted work decides "
+                             f"the models; a cap that cuts one is recorded; default {fit_budget_minutes:g})")
     return parser
 
 

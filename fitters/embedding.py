@@ -17,7 +17,8 @@ from torch import nn
 from fitters import features as feats
 from fitters.model import Model, TrainingSet
 from fitters.split import split_rows
-from fitters.torch_train import Standardiser, TrainConfig, candidates, fit_selected, mlp_stack, xavier_init
+from fitters.torch_train import (DEFAULT_CONFIG, Standardiser, TrainConfig, candidates, fit_selected, mlp_stack,
+                                  xavier_init)
 
 POOLS = ("sum", "lse")
 GRID = {"pool": POOLS, "width": (32, 64, 128, 256), "depth": (2, 3, 4), "lr": (1e-3, 3e-3, 1e-2)}
@@ -70,9 +71,14 @@ class EmbeddingModel(Model):
 
     def config(self) -> dict[str, Any]:
         return {"op": self.op, "pass": self.pass_, "t_scale": vars(self.t_scale), "y_scale": vars(self.y_scale),
-                **{k: self.hyper[k] for k in HYPER}, "search": self.info,
+                **{k: self.hyper[k] for k in HYPER}, "search": self.info, "budget_hit": self.budget_hit,
                 "features": {"per_table": list(feats.TABLE_FEATURES), "input_columns": list(feats.EMBEDDING_COLUMNS),
                              "aggregation": "sum over tables"}}
+
+    @property
+    def budget_hit(self) -> bool:
+        """Whether the wall-clock cap cut the search short (then not reproducible from data and seed)."""
+        return bool(self.info.get("budget_hit", False))
 
     def save_weights(self, directory: Path) -> None:
         torch.save(self.net.state_dict(), directory / STATE_FILE)
@@ -90,9 +96,10 @@ def _scaled(t_scale: Standardiser, tables: np.ndarray, mask: np.ndarray) -> tupl
     return out.astype(np.float32), mask
 
 
-def fit(training: TrainingSet, seed: int = 0, budget_s: float = 60.0,
-        config: TrainConfig = TrainConfig()) -> EmbeddingModel:
-    """Seeded search within the budget, selection on validation, refit on all training rows when time allows."""
+def fit(training: TrainingSet, seed: int = 0, budget_s: float = float("inf"),
+        config: TrainConfig = DEFAULT_CONFIG) -> EmbeddingModel:
+    """Seeded search of ``config``'s counted work, selection on validation, refit on all training rows; ``budget_s``
+    (s) is only a safety cap (the model's ``budget_hit`` says when it cut the work short)."""
     tables, mask = feats.embedding_tables(training.params)
     present = mask.astype(bool)
     t_scale = Standardiser.of(tables[present][:, :SCALED])

@@ -5,7 +5,13 @@ version, then move ``champion`` to the family with the lowest test GMAE.
 Families per group: kernel ops get roofline (when the platform's peaks are measured), mlp and gbdt; embedding
 lookups get the DeepSets model (``--family mlp`` selects it as ``embedding_mlp``) and the analytic sum of work terms
 (``--family roofline`` selects it as ``embedding_linear``); collectives get ``sigmoid``.
-The learned families share the time budget: each gets an equal part of what is left (gbdt half a part).
+
+The learned families' searches are bounded by counted work, not by the clock: ``FitOptions.train_config`` (mlp and
+DeepSets: candidates and epochs per candidate) and ``FitOptions.gbdt_trials``, so a fit is a function of its data and
+seed. ``budget_minutes`` is only a safety cap on the time the learned searches take together (logging, figures and
+the analytic families do not count): a search still running when it is spent is cut short (later ones train one
+candidate for ``min_epochs``); each version so cut says ``budget_hit`` (its model description, the MLflow tag
+``pmdb.budget_hit``, the fit run's summary) and the fit prints a warning.
 
 Each version's figures (:mod:`fitters.plots`) are drawn by a second process while the next model fits
 (:mod:`fitters.figure_worker`, from ``FIGURE_WORKER_MIN_TASKS`` planned fits on: starting it costs about a second),
@@ -20,9 +26,11 @@ its name; the simulator finds it like any (op, 'bwd') model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +38,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from fitters import collective as coll, data, gemm_shapes, plots, roofline
+from fitters import collective as coll, data, gemm_shapes, plots, roofline, work
 from fitters.evaluate import data_hash, error_histogram, replicate_gmae, test_metrics
 from fitters.figure_worker import FigureWorker
 from fitters.model import Model, TrainConfig, TrainingSet
@@ -45,8 +53,8 @@ FAMILIES = ("roofline", "mlp", "gbdt", "sigmoid", "all")
 CACHES = ("warm", "cold", "both")
 MIN_KERNEL_ROWS = 10          # rows (after dropping bad times) a kernel model needs
 MIN_CONFIGS = 5               # distinct configurations, so both sides of the split have some
-LEARNED_WEIGHT = {"mlp": 1.0, "embedding_mlp": 1.0, "gbdt": 0.5}
-DEFAULT_BUDGET_MINUTES = 4.0  # a whole `fit --all` of one GPU's NeuSight tables (16 ops, 51k rows) ends in < 5 min
+LEARNED = ("mlp", "gbdt", "embedding_mlp")   # families whose search the counted work bounds (and the cap may cut)
+DEFAULT_BUDGET_MINUTES = 4.0  # safety cap (min) on a fit's learned searches together, well above the default work
 GEMM_BACKWARD_OPS = ("fully_connected", "bmm")   # forward GEMM groups whose backward pass gemm_shapes prices
 FIGURE_WORKER_MIN_TASKS = 6   # fewer planned fits draw their figures in this process
 
@@ -60,9 +68,24 @@ class FitOptions:
     cache: str = "both"
     budget_minutes: float = DEFAULT_BUDGET_MINUTES
     seed: int = 0
-    train_config: TrainConfig = field(default_factory=TrainConfig)
+    train_config: TrainConfig = work.TRAIN   # mlp/DeepSets counted work: candidates, epochs per candidate
+    gbdt_trials: int = work.GBDT_TRIALS      # gbdt candidates per search
     progress: bool = True
     figure_worker: bool | None = None   # draw figures in a second process; None: when FIGURE_WORKER_MIN_TASKS fits
+
+
+def counted_work(trials: int | None = None, max_epochs: int | None = None) -> dict[str, Any]:
+    """FitOptions fields for `pmdb fit --trials N --max-epochs E`: ``trials`` candidates per search of every learned
+    family, ``max_epochs`` epochs per mlp/DeepSets candidate; None keeps the default (:mod:`fitters.work`)."""
+    for flag, value in (("--trials", trials), ("--max-epochs", max_epochs)):
+        if value is not None and value < 1:
+            raise PmdbError(f"bad {flag} {value}: must be at least 1")
+    config = work.TRAIN
+    if trials is not None:
+        config = dataclasses.replace(config, max_trials=trials)
+    if max_epochs is not None:
+        config = dataclasses.replace(config, max_epochs=max_epochs, min_epochs=min(config.min_epochs, max_epochs))
+    return {"train_config": config, "gbdt_trials": work.GBDT_TRIALS if trials is None else trials}
 
 
 @dataclass
@@ -71,10 +94,6 @@ class Task:
 
     group: data.KernelGroup | data.CollectiveGroup
     family: str
-
-    @property
-    def weight(self) -> float:
-        return LEARNED_WEIGHT.get(self.family, 0.0)
 
 
 def _families_for(group: data.KernelGroup | data.CollectiveGroup, family: str, has_peaks: bool) -> list[str]:
@@ -140,11 +159,14 @@ def _kernel_split(group: data.KernelGroup, seed: int) -> Split:
 
 
 def fit_kernel_group(group: data.KernelGroup, family: str, peaks: dict[str, float], seed: int = 0,
-                     budget_s: float = 30.0, config: TrainConfig = TrainConfig()) -> tuple[Model, Split]:
+                     budget_s: float = float("inf"), config: TrainConfig = work.TRAIN,
+                     gbdt_trials: int = work.GBDT_TRIALS) -> tuple[Model, Split]:
     """One kernel group's model of ``family`` fitted on the training side of the seeded split by configuration, as
-    `pmdb fit` does (the test side is never seen); returns (model, split) for scoring the test side."""
+    `pmdb fit` does (the test side is never seen); returns (model, split) for scoring the test side. The work is
+    ``config`` (default: `pmdb fit`'s) and ``gbdt_trials``; ``budget_s`` (s) only a safety cap."""
     split = _kernel_split(group, seed)
-    model = _fit_kernel(Task(group, family), _training_set(group, split.train, peaks), seed, budget_s, config)
+    model = _fit_kernel(Task(group, family), _training_set(group, split.train, peaks), seed, budget_s, config,
+                        gbdt_trials)
     return model, split
 
 
@@ -154,13 +176,14 @@ def _training_set(group: data.KernelGroup, rows: np.ndarray, peaks: dict[str, fl
                        group.rows["config_key"].to_numpy()[rows], peaks)
 
 
-def _fit_kernel(task: Task, training: TrainingSet, seed: int, budget_s: float, config: TrainConfig) -> Model:
+def _fit_kernel(task: Task, training: TrainingSet, seed: int, budget_s: float, config: TrainConfig,
+                gbdt_trials: int = work.GBDT_TRIALS) -> Model:
     # imported here: torch and skops take seconds to import and a collectives-only fit needs neither
     if task.family == "roofline":
         return roofline.fit(training, seed)
     if task.family == "gbdt":
         from fitters import gbdt
-        return gbdt.fit(training, seed, budget_s)
+        return gbdt.fit(training, seed, budget_s, gbdt_trials)
     if task.family == "mlp":
         from fitters import mlp
         return mlp.fit(training, seed, budget_s, config)
@@ -180,14 +203,15 @@ class Fitter:
         self.results: list[dict[str, Any]] = []
         self._models: dict[tuple[str, int], Model] = {}   # this run's kernel models by (name, version)
         self._figure_worker: FigureWorker | None = None
+        self.budget_hit: list[str] = []   # name:version of this run's versions whose search the cap cut short
+        self.search_seconds = 0.0         # wall time the learned searches took so far (what the cap counts)
 
     def run(self, tasks: list[Task], peaks: dict[str, float], fit_run_id: str) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + self.options.budget_minutes * 60
+        cap_s = self.options.budget_minutes * 60
         by_group: dict[int, list[Task]] = {}
         for task in tasks:
             by_group.setdefault(id(task.group), []).append(task)
         bar = tqdm(total=len(tasks), desc="fit", unit="model", disable=not self.options.progress, leave=False)
-        remaining_weight = sum(t.weight for t in tasks)
         fitted: list[tuple[str, data.KernelGroup | data.CollectiveGroup]] = []
         use_worker = self.options.figure_worker
         if use_worker is None:
@@ -202,9 +226,7 @@ class Fitter:
                     names = set()
                     for task in group_tasks:
                         bar.set_description(f"fit {group.label} {task.family}")
-                        share = task.weight / remaining_weight if remaining_weight else 0.0
-                        budget_s = max((deadline - time.monotonic()) * share, 1.0)
-                        remaining_weight -= task.weight
+                        budget_s = max(cap_s - self.search_seconds, 0.0)   # what is left of the cap
                         names.add(self._fit_one(task, peaks, budget_s, fit_run_id, Path(tmp)))
                         bar.update()
                     fitted += [(name, group) for name in sorted(names)]
@@ -262,7 +284,7 @@ class Fitter:
                              "test_gmae": float("nan"), "test_mape": float("nan"), "test_std": float("nan"),
                              "replicate_gmae": float("nan"),
                              "n_train": record.n_train, "n_test": 0, "dropped": record.n_dropped,
-                             "seconds": round(time.monotonic() - started, 2), "champion": True})
+                             "seconds": round(time.monotonic() - started, 2), "champion": True, "budget_hit": False})
 
     def _fit_one(self, task: Task, peaks: dict[str, float], budget_s: float, fit_run_id: str, tmp: Path) -> str:
         group, seed = task.group, self.options.seed
@@ -279,7 +301,7 @@ class Fitter:
         else:
             split = _kernel_split(group, seed)
             model = _fit_kernel(task, _training_set(group, split.train, peaks), seed, budget_s,
-                                self.options.train_config)
+                                self.options.train_config, self.options.gbdt_trials)
             frame, times = group.params, group.rows["median_us"].to_numpy(dtype=float)
             ids, inputs = group.rows["measurement_id"], group.params
             record = VersionRecord(
@@ -287,6 +309,8 @@ class Fitter:
                                   group.cache_state), self.platform, group.op, task.family, pass_=group.pass_,
                 implementation=group.implementation, dtype=group.dtype, cache_state=group.cache_state)
         fit_seconds = time.monotonic() - started
+        if task.family in LEARNED:
+            self.search_seconds += fit_seconds
         predicted = model.predict(frame.iloc[np.concatenate([split.train, split.test])].reset_index(drop=True))
         pred_train, pred_test = predicted[:split.train.size], predicted[split.train.size:]
         record.seed, record.n_dropped = seed, group.dropped
@@ -306,6 +330,10 @@ class Fitter:
         figures = [] if worker is not None else [job.draw() for job in jobs]
         version, mlflow_run_id = self.registry.log_version_run(self.store, fit_run_id, record, model, figures,
                                                                split_ids)
+        budget_hit = bool(getattr(model, "budget_hit", False))   # also the run's param model.budget_hit
+        if budget_hit:
+            self.registry.client.set_tag(mlflow_run_id, "pmdb.budget_hit", "true")
+            self.budget_hit.append(f"{record.name}:{version}")
         if worker is not None:
             worker.submit(mlflow_run_id, f"{record.name} version {version}", jobs)
         if record.pass_ is not None:
@@ -316,7 +344,8 @@ class Fitter:
                              "test_mape": record.metrics["mape"], "test_std": record.metrics["std"],
                              "replicate_gmae": record.metrics.get("replicate_gmae", float("nan")),
                              "n_train": record.n_train, "n_test": record.n_test, "dropped": record.n_dropped,
-                             "seconds": round(time.monotonic() - started, 2), "champion": False})
+                             "seconds": round(time.monotonic() - started, 2), "champion": False,
+                             "budget_hit": budget_hit})
         return record.name
 
     def _figures(self, tmp: Path, record: VersionRecord, model: Model, group: Any, split: Split,
@@ -345,7 +374,9 @@ def fit_models(store: Store, workspace: Workspace, platform: str, options: FitOp
     """Plan, then fit everything inside one `fit` collection run. Returns (one row per new version, notes)."""
     tasks, notes, peaks = plan(store, platform, options)
     args = {"ops": options.ops, "family": options.family, "cache": options.cache,
-            "budget_minutes": options.budget_minutes, "seed": options.seed}
+            "budget_minutes": options.budget_minutes, "seed": options.seed,
+            "trials": options.train_config.max_trials, "max_epochs": options.train_config.max_epochs,
+            "gbdt_trials": options.gbdt_trials}
     with store.run("fit", platform, args) as run:
         fitter = Fitter(store, workspace, platform, options)
         fitter.registry.champions_on_completion(store, run)   # champions move only if the fit completes
@@ -353,10 +384,25 @@ def fit_models(store: Store, workspace: Workspace, platform: str, options: FitOp
             results = fitter.run(tasks, peaks, run.run_id)
             run.summary = {"versions": len(results), "champions": sum(r["champion"] for r in results),
                            "skipped": notes, "dropped_rows": int(sum({id(t.group): t.group.dropped for t in tasks}
-                                                                      .values()))}
-            totals.update(versions=run.summary["versions"], champions=run.summary["champions"])
+                                                                      .values())),
+                           "budget_hit": fitter.budget_hit}
+            totals.update(versions=run.summary["versions"], champions=run.summary["champions"],
+                          budget_hit=len(fitter.budget_hit))
+            import mlflow   # noqa: PLC0415  (the parent run is active here)
+            mlflow.set_tag("pmdb.budget_hit", str(bool(fitter.budget_hit)).lower())
     fitter.registry.publish_champions()
+    if fitter.budget_hit:
+        print(budget_warning(options, fitter.budget_hit, sum(t.family in LEARNED for t in tasks)), file=sys.stderr)
     return pd.DataFrame(results), notes
+
+
+def budget_warning(options: FitOptions, hit: list[str], learned: int) -> str:
+    """The warning (two lines of < 80 columns) a fit prints when its --budget-minutes cap cut searches short (their
+    models then depend on the machine's speed and load, not only on the data and seed; the run's summary names
+    them)."""
+    return (f"pmdb: warning: the --budget-minutes {options.budget_minutes:g} cap cut {len(hit)} of {learned} "
+            f"searches short;\n  their models (budget_hit) depend on the machine's speed, not only on the data\n"
+            f"  and seed: raise --budget-minutes or lower --trials/--max-epochs")
 
 
 def fit_command(platform: str, options: FitOptions, most_ops: int = 4) -> str:

@@ -1,9 +1,12 @@
 """Gradient-boosted trees (scikit-learn HistGradientBoostingRegressor) on the MLP's features, target ln(µs).
 
-A few seeded candidates (loss: absolute error, robust to outlier timings, or squared error; learning rate, leaves,
-L2) are scored on a validation part of the training rows with early stopping, by the geometric mean of |error| in
-ln-time (the analogue of the reported GMAE); the best is refitted on all training rows with its number of boosting
-iterations. A forward GEMM model (fully_connected, bmm) keeps its trained range and prices GEMMs beyond it by
+A counted number of seeded candidates (``max_trials``, fewer on small sets; loss: absolute error, robust to outlier
+timings, or squared error; learning rate, leaves, L2) are scored on a validation part of the training rows with
+early stopping (at most ``MAX_ITER`` boosting iterations), by the geometric mean of |error| in ln-time (the analogue
+of the reported GMAE); the best is refitted on all training rows with its number of boosting iterations. Trees are
+grown on one OpenMP thread, so the model is a function of the data and seed only. The time budget is a safety cap
+checked between candidates: a search it cuts short says ``budget_hit`` (its result then depends on the machine's
+speed). A forward GEMM model (fully_connected, bmm) keeps its trained range and prices GEMMs beyond it by
 waves (:func:`fitters.gemm_shapes.scaled_forward`), where trees stay flat. Saved with skops; loading trusts exactly
 the scikit-learn types of this family (nothing else is accepted).
 """
@@ -19,7 +22,7 @@ import skops.io as sio
 from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
-from fitters import features as feats, gemm_shapes
+from fitters import features as feats, gemm_shapes, work
 from fitters.model import Model, TrainConfig, TrainingSet
 from fitters.split import split_rows
 from fitters.torch_train import candidates
@@ -28,7 +31,7 @@ from pmdb.errors import PmdbError
 GRID = {"loss": ("absolute_error", "squared_error"), "learning_rate": (0.05, 0.1, 0.2), "max_leaf_nodes": (15, 31, 63),
         "l2_regularization": (0.0, 1.0)}
 FIRST = {"loss": "absolute_error", "learning_rate": 0.1, "max_leaf_nodes": 31, "l2_regularization": 0.0}
-MAX_TRIALS = 6
+MAX_TRIALS = work.GBDT_TRIALS   # candidates per search (TrainConfig.trials_for: 2 below 50 rows); `pmdb fit --trials`
 MAX_ITER = 2000
 VALIDATION_FRACTION = 0.15
 OPENMP_THREADS = 1  # small tabular sets: threads only add contention (and spin badly on a busy machine)
@@ -61,7 +64,12 @@ class GBDTModel(Model):
         chosen = {k: self.estimator.get_params()[k] for k in FIRST}
         return {"features": self.spec.to_dict(), **chosen, "max_iter": int(self.estimator.max_iter),
                 "min_samples_leaf": int(self.estimator.min_samples_leaf), "search": self.info,
-                "gemm_bounds": self.gemm_bounds}
+                "gemm_bounds": self.gemm_bounds, "budget_hit": self.budget_hit}
+
+    @property
+    def budget_hit(self) -> bool:
+        """Whether the wall-clock cap cut the search short (then not reproducible from data and seed)."""
+        return bool(self.info.get("budget_hit", False))
 
     def save_weights(self, directory: Path) -> None:
         sio.dump(self.estimator, directory / WEIGHTS_FILE)
@@ -83,15 +91,16 @@ def _estimator(hyper: dict[str, Any], seed: int, max_iter: int, min_leaf: int,
                                          early_stopping=early, n_iter_no_change=30, **hyper)
 
 
-def fit(training: TrainingSet, seed: int = 0, budget_s: float = 30.0, max_trials: int = MAX_TRIALS) -> GBDTModel:
-    """Seeded candidates scored on validation within ``budget_s``; the best refitted on all training rows."""
+def fit(training: TrainingSet, seed: int = 0, budget_s: float = float("inf"),
+        max_trials: int = MAX_TRIALS) -> GBDTModel:
+    """``max_trials`` seeded candidates scored on validation; the best refitted on all training rows. ``budget_s``
+    (s) is a safety cap: no candidate starts after it (the record then says ``budget_hit``)."""
     deadline = time.monotonic() + budget_s
     spec = feats.build_spec(training.op, training.pass_, training.dtype, training.params)
     x = feats.transform(spec, training.params)
     y = feats.log_target(training.times_us)
     inner = split_rows(training.groups, seed + 1, VALIDATION_FRACTION)
     min_leaf = int(np.clip(len(y) // 50, 2, 20))
-    trials = []
     with threadpool_limits(OPENMP_THREADS):
         model = _search(spec, x, y, inner, min_leaf, seed, deadline, max_trials)
     model.gemm_bounds = gemm_shapes.forward_bounds(training.op, training.pass_, training.params)
@@ -101,8 +110,11 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = 30.0, max_trials
 def _search(spec: feats.FeatureSpec, x: np.ndarray, y: np.ndarray, inner: Any, min_leaf: int, seed: int,
             deadline: float, max_trials: int) -> GBDTModel:
     trials: list[dict[str, Any]] = []
-    for hyper in candidates(GRID, FIRST, seed)[:TrainConfig(max_trials=max_trials).trials_for(len(y))]:
+    planned = TrainConfig(max_trials=max_trials).trials_for(len(y))
+    capped = False
+    for hyper in candidates(GRID, FIRST, seed)[:planned]:
         if trials and time.monotonic() > deadline:
+            capped = True
             break
         model = _estimator(hyper, seed, MAX_ITER, min_leaf, early=True)
         model.fit(x[inner.train], y[inner.train], X_val=x[inner.test], y_val=y[inner.test])
@@ -112,4 +124,5 @@ def _search(spec: feats.FeatureSpec, x: np.ndarray, y: np.ndarray, inner: Any, m
     best = min(trials, key=lambda t: t["val_score"])
     hyper = {k: best[k] for k in FIRST}
     final = _estimator(hyper, seed, max(best["iterations"], 1), min_leaf, early=False).fit(x, y)
-    return GBDTModel(spec, final, {"trials": trials, "validation_rows": int(inner.test.size)})
+    return GBDTModel(spec, final, {"trials": trials, "validation_rows": int(inner.test.size), "budget_hit": capped,
+                                   "work": {"max_trials": planned, "max_iter": MAX_ITER}})

@@ -1,8 +1,10 @@
 """MLP family (the paper's kernel model): log features, log target, ReLU MLP, Adam, MSE, a seeded search over width,
-depth and learning rate within a time budget, model selection on a validation part of the training rows.
+depth and learning rate bounded by counted work (``TrainConfig``: candidates, epochs per candidate), model selection
+on a validation part of the training rows (:mod:`fitters.torch_train`).
 
-When the budget allows, the chosen configuration is retrained on all training rows for the number of epochs that
-was best on validation (``refit`` in the description says whether that happened).
+The chosen configuration is retrained on all training rows for the number of epochs that was best on validation
+(``refit`` in the description says whether that happened: not when the wall-clock safety cap was hit, which
+``budget_hit`` records).
 A forward GEMM model (fully_connected, bmm) keeps its trained range and prices GEMMs beyond it by waves
 (:func:`fitters.gemm_shapes.scaled_forward`), where the network saturates.
 """
@@ -18,7 +20,8 @@ import torch
 from fitters import features as feats, gemm_shapes
 from fitters.model import Model, TrainingSet
 from fitters.split import split_rows
-from fitters.torch_train import Standardiser, TrainConfig, candidates, fit_selected, mlp_stack, xavier_init
+from fitters.torch_train import (DEFAULT_CONFIG, Standardiser, TrainConfig, candidates, fit_selected, mlp_stack,
+                                  xavier_init)
 
 GRID = {"width": (64, 128, 256, 512), "depth": (2, 3, 4, 5), "lr": (1e-3, 3e-3, 1e-2)}
 FIRST = {"width": 128, "depth": 3, "lr": 3e-3}
@@ -53,7 +56,12 @@ class MLPModel(Model):
     def config(self) -> dict[str, Any]:
         return {"features": self.spec.to_dict(), "x_scale": vars(self.x_scale), "y_scale": vars(self.y_scale),
                 **{k: self.hyper[k] for k in ("width", "depth", "lr")}, "search": self.search_info,
-                "gemm_bounds": self.gemm_bounds}
+                "gemm_bounds": self.gemm_bounds, "budget_hit": self.budget_hit}
+
+    @property
+    def budget_hit(self) -> bool:
+        """Whether the wall-clock cap cut the search short (then not reproducible from data and seed)."""
+        return bool(self.search_info.get("budget_hit", False))
 
     def save_weights(self, directory: Path) -> None:
         torch.save(self.net.state_dict(), directory / STATE_FILE)
@@ -66,9 +74,10 @@ class MLPModel(Model):
                    Standardiser(**config["y_scale"]), hyper, state, config["search"], config.get("gemm_bounds"))
 
 
-def fit(training: TrainingSet, seed: int = 0, budget_s: float = 60.0,
-        config: TrainConfig = TrainConfig()) -> MLPModel:
-    """Search, select on validation, refit on all training rows when the budget allows (``budget_s`` seconds)."""
+def fit(training: TrainingSet, seed: int = 0, budget_s: float = float("inf"),
+        config: TrainConfig = DEFAULT_CONFIG) -> MLPModel:
+    """Search (``config``'s counted work), select on validation, refit on all training rows; ``budget_s`` (s) is
+    only a safety cap (the model's ``budget_hit`` says when it cut the work short)."""
     spec = feats.build_spec(training.op, training.pass_, training.dtype, training.params)
     x_all = feats.transform(spec, training.params)
     y_all = feats.log_target(training.times_us)

@@ -1,15 +1,22 @@
-"""Training loop and seeded, time-budgeted hyperparameter search shared by the MLP and DeepSets families.
+"""Training loop and seeded hyperparameter search, bounded by counted work, shared by the MLP and DeepSets families.
 
 Targets are standardised ln(µs); the loss is MSE (the paper) or Huber (default: timing data has outliers, e.g. a
 repetition slowed by another process); the optimiser Adam (weight decay 1e-4, as in the paper) with the learning rate
 halved on plateaus. Validation is scored like the reported metric: the geometric mean of |error| (standardised ln
-units), and early stopping keeps the weights of the best score. Candidates are tried
-in a seeded order (the first is a sensible default) until ``max_trials`` or the time budget is spent; the budget
-is checked between epochs, so a trial never runs far past it.
+units), and early stopping keeps the weights of the best score.
+
+The work is counted, so a fit is a function of its data and seed only: ``TrainConfig.trials_for(rows)`` candidates
+are tried in a seeded order (the first is a sensible default), each for at most ``max_epochs`` epochs (fewer on
+large sets, :func:`fitters.work.epochs_for`; fewer when validation stops improving for ``patience`` epochs), then
+the best one is retrained on all rows for its best epoch count. Training runs on one thread with
+``torch.use_deterministic_algorithms``: two fits of the same data and seed give bitwise-identical weights, on a busy
+machine too. The wall-clock budget is only a safety cap, checked between epochs (a trial still runs ``min_epochs``):
+a search it cuts short says ``budget_hit`` in its record, since its result then depends on the machine's speed.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -19,10 +26,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from fitters import work
 from fitters.model import TrainConfig
 
 WEIGHT_DECAY = 1e-4
 HUBER_DELTA = 0.1      # standardised ln units: beyond this a residual counts linearly, not squared
+DEFAULT_CONFIG = work.TRAIN   # the counted work of a default fit (fitters.work)
 
 
 def geometric_abs_error(predicted: torch.Tensor, target: torch.Tensor) -> float:
@@ -41,17 +50,32 @@ class TrialResult:
     epochs: int
     seconds: float
     state: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
+    capped: bool = False   # the wall-clock cap stopped it before its counted epochs or patience
 
 
 @contextlib.contextmanager
 def torch_threads(n: int = 1) -> Iterator[None]:
-    """Small networks train fastest on one thread (and leave the other cores alone)."""
+    """Small networks train fastest on one thread (and leave the other cores alone); one thread also fixes the
+    order of every floating-point reduction, so results do not depend on how threads split the work."""
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def deterministic() -> Iterator[None]:
+    """``torch.use_deterministic_algorithms(True)`` inside the block (the caller's setting restored after): an op
+    without a deterministic kernel raises instead of varying silently. Free for these CPU networks."""
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)
 
 
 def candidates(grid: dict[str, Sequence[Any]], first: dict[str, Any], seed: int) -> list[dict[str, Any]]:
@@ -81,8 +105,11 @@ def mlp_stack(n_in: int, width: int, depth: int, n_out: int = 1) -> nn.Sequentia
 
 def train(module: nn.Module, fit_inputs: tuple[torch.Tensor, ...], fit_y: torch.Tensor,
           val_inputs: tuple[torch.Tensor, ...], val_y: torch.Tensor, lr: float, config: TrainConfig,
-          seed: int, deadline: float) -> TrialResult:
-    """Train ``module`` (called as ``module(*inputs) -> [n]``) and keep the best-validation weights."""
+          seed: int, deadline: float = float("inf")) -> TrialResult:
+    """Train ``module`` (called as ``module(*inputs) -> [n]``) for at most ``config.max_epochs`` epochs, stopping
+    after ``config.patience`` epochs without validation improvement, and keep the best-validation weights.
+    ``deadline`` (time.monotonic(), s) is a safety cap checked after ``config.min_epochs``: stopping there sets
+    ``capped``."""
     generator = torch.Generator().manual_seed(seed)
     optimiser = torch.optim.Adam(module.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimiser, factor=0.5, patience=max(config.patience // 3, 5))
@@ -90,7 +117,7 @@ def train(module: nn.Module, fit_inputs: tuple[torch.Tensor, ...], fit_y: torch.
     n = fit_y.shape[0]
     best = (float("inf"), 0, {k: v.detach().clone() for k, v in module.state_dict().items()})
     start = time.monotonic()
-    epoch = 0
+    epoch, capped = 0, False
     for epoch in range(1, config.max_epochs + 1):
         module.train()
         order = torch.randperm(n, generator=generator) if n > config.batch_size else None
@@ -106,27 +133,36 @@ def train(module: nn.Module, fit_inputs: tuple[torch.Tensor, ...], fit_y: torch.
         scheduler.step(val_loss)
         if val_loss < best[0]:
             best = (val_loss, epoch, {k: v.detach().clone() for k, v in module.state_dict().items()})
-        if epoch - best[1] >= config.patience or (epoch >= config.min_epochs and time.monotonic() > deadline):
+        if epoch - best[1] >= config.patience:
             break
-    return TrialResult({}, best[0], best[1], epoch, time.monotonic() - start, best[2])
+        if epoch < config.max_epochs and epoch >= config.min_epochs and time.monotonic() > deadline:
+            capped = True
+            break
+    return TrialResult({}, best[0], best[1], epoch, time.monotonic() - start, best[2], capped)
 
 
 def search(build: Callable[[dict[str, Any]], nn.Module], points: list[dict[str, Any]],
            fit_inputs: tuple[torch.Tensor, ...], fit_y: torch.Tensor, val_inputs: tuple[torch.Tensor, ...],
-           val_y: torch.Tensor, config: TrainConfig, seed: int, budget_s: float) -> tuple[TrialResult, list[TrialResult]]:
-    """Try candidates in order within the budget; returns (best trial, all trials)."""
-    deadline = time.monotonic() + budget_s
+           val_y: torch.Tensor, config: TrainConfig, seed: int,
+           deadline: float = float("inf")) -> tuple[TrialResult, list[TrialResult], bool]:
+    """Try the first ``config.trials_for(rows)`` candidates in order (candidate ``i`` seeded with ``seed + i``),
+    each for at most :func:`fitters.work.epochs_for` epochs; returns (best trial, all trials, whether the
+    ``deadline`` cap cut the search short)."""
     trials: list[TrialResult] = []
+    capped = False
+    config = dataclasses.replace(config, max_epochs=work.epochs_for(config, int(fit_y.shape[0])))
     for i, hyper in enumerate(points[:config.trials_for(int(fit_y.shape[0] + val_y.shape[0]))]):
         if trials and time.monotonic() > deadline:
+            capped = True
             break
         torch.manual_seed(seed + i)
         module = build(hyper)
         result = train(module, fit_inputs, fit_y, val_inputs, val_y, hyper["lr"], config, seed + i, deadline)
         result.hyper = hyper
         trials.append(result)
+        capped = capped or result.capped
     best = min(trials, key=lambda t: t.val_loss)
-    return best, trials
+    return best, trials, capped
 
 
 @dataclass(frozen=True)
@@ -151,22 +187,32 @@ class Standardiser:
 
 def fit_selected(build: Callable[[dict[str, Any]], nn.Module], points: list[dict[str, Any]],
                  inputs: tuple[torch.Tensor, ...], y: torch.Tensor, fit_rows: np.ndarray, val_rows: np.ndarray,
-                 config: TrainConfig, seed: int, budget_s: float) -> tuple[dict[str, Any], dict[str, torch.Tensor],
-                                                                            dict[str, Any]]:
-    """Search on (fit rows, validation rows), then retrain the best candidate on all rows for its best epoch count
-    when the remaining budget allows. Returns (chosen hyperparameters, weights, search record)."""
-    started = time.monotonic()
-    with torch_threads(1):
-        best, trials = search(build, points, tuple(x[fit_rows] for x in inputs), y[fit_rows],
-                              tuple(x[val_rows] for x in inputs), y[val_rows], config, seed, budget_s)
+                 config: TrainConfig, seed: int, budget_s: float = float("inf")) -> tuple[dict[str, Any],
+                                                                                          dict[str, torch.Tensor],
+                                                                                          dict[str, Any]]:
+    """Search on (fit rows, validation rows), then retrain the best candidate on all rows for its best epoch count.
+    ``budget_s`` (s) is a safety cap on the whole: once it is spent, no further candidate starts, a running one
+    stops (after ``min_epochs``), the refit is skipped (the best search weights are kept) and the record says
+    ``budget_hit``. Returns (chosen hyperparameters, weights, search record)."""
+    deadline = time.monotonic() + budget_s
+    with torch_threads(1), deterministic():
+        best, trials, capped = search(build, points, tuple(x[fit_rows] for x in inputs), y[fit_rows],
+                                      tuple(x[val_rows] for x in inputs), y[val_rows], config, seed, deadline)
         state, refit = best.state, False
-        if budget_s - (time.monotonic() - started) > best.seconds * best.best_epoch / max(best.epochs, 1):
+        if not capped and time.monotonic() <= deadline:
             torch.manual_seed(seed)
+            epochs = max(best.best_epoch, 1)
             final = train(build(best.hyper), inputs, y, tuple(x[:0] for x in inputs), y[:0], best.hyper["lr"],
-                          TrainConfig(max_epochs=max(best.best_epoch, 1), patience=10**9, min_epochs=1,
-                                      batch_size=config.batch_size), seed, float("inf"))
-            state, refit = final.state, True
+                          TrainConfig(max_epochs=epochs, patience=10**9, min_epochs=1, batch_size=config.batch_size,
+                                      loss=config.loss), seed, deadline)
+            capped = final.capped
+            if not capped:
+                state, refit = final.state, True
+        else:
+            capped = True
     record = {"loss": config.loss, "trials": [{**t.hyper, "val_score": round(t.val_loss, 6), "best_epoch": t.best_epoch,
-                          "seconds": round(t.seconds, 2)} for t in trials],
-              "refit": refit, "validation_rows": int(len(val_rows))}
+                                               "epochs": t.epochs, "seconds": round(t.seconds, 2)} for t in trials],
+              "refit": refit, "validation_rows": int(len(val_rows)), "budget_hit": capped,
+              "work": {"max_trials": config.trials_for(int(len(fit_rows) + len(val_rows))),
+                       "max_epochs": work.epochs_for(config, int(len(fit_rows))), "patience": config.patience}}
     return best.hyper, state, record

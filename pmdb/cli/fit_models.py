@@ -1,6 +1,6 @@
-"""``pmdb fit [--op NAME ...|--all] [--family ...] [--cache ...] [--platform NAME] [--budget-minutes M]``: fit kernel,
-embedding and collective models, register every version in MLflow and move ``champion``. GPU platforms with imported
-forward tables also get backward GEMM versions (``gemm_shapes``)."""
+"""``pmdb fit [--op NAME ...|--all] [--family ...] [--cache ...] [--platform NAME] [--trials N] [--max-epochs E]
+[--budget-minutes M]``: fit kernel, embedding and collective models, register every version in MLflow and move
+``champion``. GPU platforms with imported forward tables also get backward GEMM versions (``gemm_shapes``)."""
 from __future__ import annotations
 
 from typing import List, Optional
@@ -13,6 +13,8 @@ from pmdb.errors import PmdbError
 
 SUMMARY_NOTES = 3              # notes --summary prints (the rest are counted)
 DEFAULT_BUDGET_MINUTES = 4.0   # fitters.fit.DEFAULT_BUDGET_MINUTES (not imported here: the CLI loads stages lazily)
+DEFAULT_TRIALS = 2         # fitters.work.TRAIN.max_trials and fitters.work.GBDT_TRIALS
+DEFAULT_MAX_EPOCHS = 400   # fitters.work.TRAIN.max_epochs (fewer on large sets: fitters.work.ROW_PASSES)
 
 
 def fit(ctx: typer.Context,
@@ -25,8 +27,17 @@ def fit(ctx: typer.Context,
                                   "(each cache state gets its own models; GPU 'device' rows are always used)."),
         platform: Optional[str] = PlatformOption,
         budget_minutes: float = typer.Option(DEFAULT_BUDGET_MINUTES, "--budget-minutes", min=0.05,
-                                             help="Time budget (minutes) shared by the MLP/GBDT/DeepSets searches; "
-                                                  "the whole fit takes about this long plus ~15 s."),
+                                             help="Safety cap (minutes) on the time the MLP/GBDT/DeepSets "
+                                                  "searches take together; --trials and --max-epochs decide the "
+                                                  "models. A search the cap cuts short is recorded (budget_hit) "
+                                                  "with a warning: its model depends on the machine's speed."),
+        trials: Optional[int] = typer.Option(None, "--trials", min=1,
+                                             help="Candidates (hyperparameter sets) each MLP/GBDT/DeepSets search "
+                                                  f"tries (default {DEFAULT_TRIALS})."),
+        max_epochs: Optional[int] = typer.Option(None, "--max-epochs", min=1,
+                                                 help="Epochs per MLP/DeepSets candidate at most (fewer on large "
+                                                      "sets: 600 000 rows trained on at most; early stop on "
+                                                      f"validation; default {DEFAULT_MAX_EPOCHS})."),
         seed: int = typer.Option(0, "--seed", help="Seed of the splits, searches and initialisations."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
         summary: bool = typer.Option(False, "--summary", help="Print one line (versions, champions, their median "
@@ -43,10 +54,10 @@ def fit(ctx: typer.Context,
         raise PmdbError("say what to fit: --op NAME (repeatable) or --all (`pmdb fit --help`)")
     if op and all_:
         raise PmdbError("give either --op NAME or --all, not both")
-    from fitters.fit import FitOptions, fit_models
+    from fitters.fit import FitOptions, counted_work, fit_models
 
     options = FitOptions(ops=list(op) if op else None, family=family, cache=cache, budget_minutes=budget_minutes,
-                         seed=seed, progress=progress)
+                         seed=seed, progress=progress, **counted_work(trials, max_epochs))
     with open_store(ctx) as store:
         name = platforms.resolve(store, platform)
         results, notes = fit_models(store, workspace(ctx), name, options)
