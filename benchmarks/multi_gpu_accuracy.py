@@ -8,7 +8,8 @@ From an empty workspace, every step an ordinary pmdb command (printed as it runs
    (sigmoid curves). Kernel models see kernel tables only, never the three labels.
 2. GPT-2 large captured shape-only on this CPU (global batch 4, seq 1024, fp32);
 3. `pmdb predict --what-if --data-parallel 4` / `--tensor-parallel 4` / `--pipeline-parallel 4` (one micro-batch)
-   on the A100, each also with `--megatron-fusions` (an estimate of what Megatron's fused kernels save), and the
+   on the A100 with `--megatron-fusions` (the labelled runs are Megatron runs: its fused bias-GELU and
+   bias-dropout-add are on by default, in fp32 too) and as captured (eager, pmdb's default), and the
    same capture on one GPU (`--data-parallel 1`: batch 4, no split) beside them;
 4. `pmdb plan validate` of the same three runs (shipped a100-40gb system, Megatron-DeepSpeed preset, no
    recomputation), and what-ifs to 8 and 64 GPUs timed;
@@ -137,7 +138,7 @@ def table_gemm_rates(kernels: Path, gpu: str) -> tuple[float, float, float, int]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = workspace_parser(__doc__, RESULTS / "multi_gpu_accuracy.md", 4.0, "the A100")
+    parser = workspace_parser(__doc__, RESULTS / "multi_gpu_accuracy.md", 10.0, "the A100")
     args = parser.parse_args(argv)
     kernels = args.shared / "gpu_kernels" / "neusight"
     labels_dir = args.shared / "gpu_e2e" / "neusight_labels"
@@ -222,7 +223,7 @@ def diagnosis_lines(labels: dict, results: dict, diag: dict) -> list[str]:
                        for gpu in POWER_LIMITED)
     opt = diag["optimizer"]
     return ["## Where pp4's error comes from (diagnosis; nothing here is fitted or tuned on the labels)", "",
-            f"- pp4 with one micro-batch, rank 0's step {pp4:.1f} ms = forward + backward per stage (ms: {stages}; "
+            f"- pp4 with one micro-batch, the capture as-is (eager), rank 0's step {pp4:.1f} ms = forward + backward per stage (ms: {stages}; "
             f"{fw:.1f} + {bw:.1f} in all) + {hops} stage-to-stage transfers ({sends:.1f} ms) + the tied-embedding "
             f"all-reduce ({tied:.1f} ms). The same capture on one GPU (batch 4, no split): {single:.1f} ms, "
             f"{100 * (single - label) / label:+.1f}% against the pp4 label: the split itself adds "
@@ -261,15 +262,16 @@ def render(labels: dict, results: dict, planner: dict, planner32: dict, scale: d
              f"has only a spec sheet, and cross-GPU models carry the leave-one-GPU-out error on top); collectives: "
              f"vTrain's A100 SXM4 nccl-tests all-reduce tables, fitted (sigmoid). Nothing is fitted on the three "
              f"labels.", "",
-             f"| run | label ms | pmdb ms | error | target < {TARGET_PCT:.0f}% | with Megatron fusions ms (error) | "
-             f"bubble | planner ms (error) | planner at FP32 rate ms (error) | collectives priced by |",
+             f"| run | label ms | pmdb ms (Megatron's kernels) | error | target < {TARGET_PCT:.0f}% | eager capture "
+             f"as-is ms (error) | bubble | planner ms (error) | planner at FP32 rate ms (error) | "
+             f"collectives priced by |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for run, (row, fused, _, _) in results.items():
         label = labels[run]
-        err = 100 * (row["predicted_ms"] - label) / label
-        ferr = 100 * (fused["predicted_ms"] - label) / label
-        lines.append(f"| {run} | {label:.1f} | {row['predicted_ms']:.1f} | {err:+.1f}% | "
-                     f"{'met' if abs(err) < TARGET_PCT else 'NOT met'} | {fused['predicted_ms']:.1f} ({ferr:+.1f}%) | "
+        err = 100 * (fused["predicted_ms"] - label) / label       # the run as it ran: Megatron's kernels
+        eager = 100 * (row["predicted_ms"] - label) / label
+        lines.append(f"| {run} | {label:.1f} | {fused['predicted_ms']:.1f} | {err:+.1f}% | "
+                     f"{'met' if abs(err) < TARGET_PCT else 'NOT met'} | {row['predicted_ms']:.1f} ({eager:+.1f}%) | "
                      f"{row['bubble_pct']:.0f}% | {_vs(planner.get(run), label)} | {_vs(planner32.get(run), label)} | "
                      f"{row.get('collectives') or '-'} |")
     shares = [planner[run] / labels[run] for run in results if run in planner]
@@ -284,11 +286,15 @@ def render(labels: dict, results: dict, planner: dict, planner32: dict, scale: d
               "ops, cut as Megatron splits them; pipeline stages send each activation point to point (under tensor "
               "parallel 1/T per tensor rank, then an all-gather: Megatron's scatter-gather) and the first and last "
               "stage all-reduce the tied word embedding's gradient after the pipeline. Megatron's GPT fuses "
-              "bias-GELU and bias-dropout-add (TorchScript functions, on by Megatron's defaults, which accelerate's "
-              "plugin leaves alone; whether the TorchScript fuser fused them in the labels' torch is not recorded) "
-              "and, for fp16/bf16 only, scale-mask-softmax (in fp32 Megatron scales, masks and softmaxes in "
-              "separate passes, as the capture does). `--megatron-fusions` drops the passes those kernels save "
-              "(each fused kernel priced as one eager pass): the column above; the default stays unfused. The "
+              "bias-GELU and bias-dropout-add (JIT functions, on by Megatron's defaults `--bias-gelu-fusion` and "
+              "`--bias-dropout-fusion`, which accelerate's plugin leaves alone; Megatron's initialize sets up the "
+              "JIT fuser and warms both fused functions up in the run's dtype, fp32 included: "
+              "`_warmup_jit_function`) and, for fp16/bf16 only, scale-mask-softmax (in fp32 Megatron scales, "
+              "masks and softmaxes in separate passes, as the capture does). The runs are priced as they ran, "
+              "with `--megatron-fusions`, which drops the passes those kernels save (each fused kernel priced as "
+              "one eager pass); the capture's eager ops as-is (pmdb's default for a what-if) are in the column "
+              "beside. This is a fact about the labelled runs' framework, taken from Megatron's and accelerate's "
+              "code, not a rule chosen by the labels. The "
               "labels' run used torch DDP (NeuSight sets DDP_impl torch): its gradient all-reduce overlaps the "
               "backward, as derived.", "",
               "pmdb vs the planner: the shipped planner prices Megatron-DeepSpeed's fp16 tensor-core iteration "
