@@ -79,6 +79,32 @@ def workspace(tmp_path: Path, empty_workspace: Workspace) -> Workspace:
     return Workspace(copy_workspace(empty_workspace.home, tmp_path / "ws"))
 
 
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory) -> Workspace:
+    """A new workspace whose MLflow sqlite store was created and migrated once per test run (shared by the workers,
+    :func:`harness.built_once`): creating one costs about 1 s of CPU (2-3 s with MLflow's first imports), copying
+    it a millisecond. Read only."""
+    from harness import built_once
+
+    def build(folder: Path) -> None:
+        from fitters.registry import Registry
+
+        ws = Workspace(folder / "ws")
+        Store.open(ws, create=True).close()
+        Registry(ws)
+    return Workspace(built_once(tmp_path_factory, "mlflow_template", build) / "ws")
+
+
+@pytest.fixture
+def fit_workspace(workspace: Workspace, mlflow_template: Workspace) -> Workspace:
+    """:func:`workspace` with a copy of :func:`mlflow_template`'s (empty) MLflow store: for a test that fits or
+    registers models but does not test the MLflow store's creation."""
+    import shutil
+
+    shutil.copy(mlflow_template.mlflow_db, workspace.mlflow_db)
+    return workspace
+
+
 @pytest.fixture
 def store(workspace: Workspace):
     with Store.open(workspace) as opened:
@@ -115,19 +141,29 @@ def gpu_trace(store, shared_data):
 @pytest.fixture(scope="session")
 def cpu_passes(tmp_path_factory) -> dict[str, Path]:
     """Kineto-only, ET-only and joint (Kineto + ET) passes of a tiny MLP training step, 3 marked iterations
-    (:func:`recording.record_cpu_passes`), recorded once per test run (each worker) for every folder. Read only."""
+    (:func:`recording.record_cpu_passes`), recorded once per test run (shared by the workers,
+    :func:`harness.built_once`) for every folder. Read only."""
+    import json
+
     import recording
-    return recording.record_cpu_passes(tmp_path_factory.mktemp("cpu_passes"))
+    from harness import built_once
+
+    def build(folder: Path) -> None:
+        paths = recording.record_cpu_passes(folder)
+        (folder / "passes.json").write_text(json.dumps({name: str(path) for name, path in paths.items()}))
+    folder = built_once(tmp_path_factory, "cpu_passes", build)
+    return {name: Path(path) for name, path in json.loads((folder / "passes.json").read_text()).items()}
 
 
 @pytest.fixture(scope="session")
 def gloo_traces(tmp_path_factory) -> Path:
     """Per rank of a 2-rank gloo program (all_reduce, all_to_all_single; :func:`recording.gloo_rank`):
-    kineto_<r>.json and et_<r>.json, recorded once per test run (each worker) for every folder. Read only."""
+    kineto_<r>.json and et_<r>.json, recorded once per test run (shared by the workers, :func:`harness.built_once`)
+    for every folder. Read only."""
     import recording
-    out = tmp_path_factory.mktemp("gloo")
-    recording.spawn_ranks(recording.gloo_rank, 2, out)
-    return out
+    from harness import built_once
+
+    return built_once(tmp_path_factory, "gloo", lambda out: recording.spawn_ranks(recording.gloo_rank, 2, out))
 
 
 @pytest.fixture

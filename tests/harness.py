@@ -3,7 +3,9 @@
 * :func:`copy_workspace`: a workspace directory built once per test run, copied for one test (DuckDB file,
   mlflow.db, artifacts), so tests stay independent without rebuilding it;
 * :func:`in_process`: ``pmdb --home HOME ARGS`` run by :func:`pmdb.cli.main.main` in this process, with its output
-  captured, for tests where no process boundary is under test (a process start imports torch, MLflow: seconds).
+  captured, for tests where no process boundary is under test (a process start imports torch, MLflow: seconds);
+* :func:`built_once`: a folder a session fixture builds once for the whole test run, shared by the pytest-xdist
+  workers of `make test` instead of built by each.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 
 def copy_workspace(src: Path, dst: Path) -> Path:
@@ -29,6 +32,26 @@ def copy_workspace(src: Path, dst: Path) -> Path:
     if mlflow_db.is_file():
         _repoint(mlflow_db, str(src), str(dst.resolve()))
     return dst
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name`` that ``build(folder)`` fills, built once per test run: the pytest-xdist workers of one run
+    share it (the first to ask builds it under a lock while another that asks waits; a build that failed is done
+    again by the next), instead of each building its own. Read only."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent   # the run's folder, above each worker's own
+    folder, done = base / name, base / f"{name}.done"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
 
 
 def _repoint(db: Path, old: str, new: str) -> None:

@@ -28,8 +28,9 @@ FIT = ["fit", "--op", "fully_connected", "--family", "roofline", "--platform", P
 
 
 def pmdb(home: Path, *args: str) -> tuple[int, str, str]:
-    """A real ``pmdb --home HOME ARGS`` process (MLflow keeps its stores per URI within a process: a test that
-    deletes mlflow.db runs the commands after that as new processes, as users do)."""
+    """A real ``pmdb --home HOME ARGS`` process (MLflow keeps its stores per URI within a process: once mlflow.db
+    changed under a test, the commands that open it run as new processes, as users do; the refusals before that,
+    which open no MLflow store, and read-only `doctor` run in this process, :func:`cli`)."""
     done = run_pmdb(home, *args)
     return done.returncode, done.stdout, done.stderr
 
@@ -153,16 +154,16 @@ def test_deleted_mlflow_db_is_refused_then_repaired_under_the_same_numbers(ws):
     before = mirror(ws)
     assert sorted(before) == [1, 2] and registered(ws) == before
     ws.mlflow_db.unlink()
-    line = refused(pmdb(ws.home, *FIT), "holds 0 of the 2 versions the store lists")
+    line = refused(cli(ws.home, *FIT), "holds 0 of the 2 versions the store lists")
     assert "pmdb --home" in line and "doctor" in line
     assert not ws.mlflow_db.exists()  # nothing was started afresh
-    refused(pmdb(ws.home, "predict", "--all", "--target-platform", PLATFORM), "holds 0 of the 2 versions")
-    refused(pmdb(ws.home, "models", "promote", NAME, "1"), "holds 0 of the 2 versions")
-    assert mirror(ws) == before and aliases(ws)["champion"] == 2
-    code, out, err = pmdb(ws.home, "status")  # a reader says so too (and still shows the store)
+    refused(cli(ws.home, "predict", "--all", "--target-platform", PLATFORM), "holds 0 of the 2 versions")
+    refused(cli(ws.home, "models", "promote", NAME, "1"), "holds 0 of the 2 versions")
+    assert mirror(ws) == before and aliases(ws)["champion"] == 2 and not ws.mlflow_db.exists()
+    code, out, err = cli(ws.home, "status")  # a reader says so too (and still shows the store)
     assert code == 0 and out.splitlines()[1].startswith("warning: the MLflow registry") and "doctor" in out
 
-    code, lines = doctor(ws)
+    code, lines = doctor(ws, run=cli)
     assert code == 1
     assert line_of(lines, "registry").startswith("problem") and "missing" in line_of(lines, "registry")
     assert any(line.strip() == f"fix: pmdb --home {ws.home} doctor --repair" for line in lines)
@@ -194,8 +195,8 @@ def test_a_stray_v1_in_a_fresh_mlflow_db_is_set_aside_not_mixed_with_the_stores(
     shutil.move(fresh, ws.mlflow_db)  # the workspace's mlflow.db replaced by the fresh one
     assert registered(ws) == {1: run.info.run_id}
 
-    refused(pmdb(ws.home, *FIT), "holds 0 of the 2 versions")
-    code, lines = doctor(ws)
+    refused(cli(ws.home, *FIT), "holds 0 of the 2 versions")
+    code, lines = doctor(ws, run=cli)
     assert code == 1 and "(1 differ)" in line_of(lines, "registry")
     code, lines = doctor(ws, "--repair")
     assert code == 0, lines

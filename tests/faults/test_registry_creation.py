@@ -15,6 +15,7 @@ import pytest
 
 from pmdb.config import Workspace
 
+from harness import in_process
 from .conftest import Child, run_pmdb
 from .test_mlflow_mirror import (  # noqa: F401
     FIT, NAME, aliases, fitted_twice, mirror, registered, ws)
@@ -62,11 +63,11 @@ def test_a_half_migrated_registry_is_refused_then_rebuilt_by_repair(ws: Workspac
     for side in ws.home.glob("mlflow.db*"):
         side.unlink()
     _half_migrated(ws.mlflow_db)
-    fit = run_pmdb(ws.home, *FIT)
+    fit = in_process(ws.home, *FIT)   # refused before any MLflow store is opened: in this process
     lines = [line for line in fit.stderr.splitlines() if line.strip()]
     assert fit.returncode == 2 and "Traceback" not in fit.stderr and len(lines) == 1, fit.stderr
     assert "half-migrated" in lines[0] or "holds 0 of the 2 versions" in lines[0], lines[0]
-    doctor = run_pmdb(ws.home, "doctor")
+    doctor = in_process(ws.home, "doctor")   # read-only
     assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr
     assert "problem registry   mlflow.db is half-migrated" in doctor.stdout, doctor.stdout
     repaired = run_pmdb(ws.home, "doctor", "--repair")

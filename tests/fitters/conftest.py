@@ -1,4 +1,5 @@
-"""Synthetic data with KNOWN timing laws, written to a real store, and a workspace whose MLflow store exists.
+"""Synthetic data with KNOWN timing laws, written to a real store (a workspace whose MLflow store exists:
+``fit_workspace`` of tests/conftest.py).
 
 Kernel law (µs): t = T0 + max(2·B·M·N·K / FLOPS, 4·(B·M·K + B·K·N + B·M·N) / BW) · 1e6, times a seeded log-normal
 noise factor. Embedding law (µs): t = 10 + Σ_tables B·L·D·(1 + 3·rf0) / 2000 (rf0 = share of indices looked up
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,7 +16,6 @@ import pytest
 
 from fitters.collective import CollectiveParams, bus_factor, curve
 from pmdb import platform as platforms
-from pmdb.config import Workspace
 
 PLATFORM = "synthetic-cpu"
 T0, FLOPS, BW = 8.0, 4e10, 8e9
@@ -120,25 +119,6 @@ def collective_points(world_size: int = 2, sigma: float = 0.0, seed: int = 0,
     sizes = 2.0 ** np.arange(2, 27)
     times = curve(collective_truth(collective, world_size), bus_factor(collective, world_size), sizes)
     return sizes, noisy(times, sigma, seed) if sigma else times
-
-
-@pytest.fixture(scope="session")
-def mlflow_template(tmp_path_factory) -> Workspace:
-    """A workspace whose MLflow sqlite store was created once (creation and migration take seconds)."""
-    from fitters.registry import Registry
-    from pmdb.store import Store
-
-    ws = Workspace(tmp_path_factory.mktemp("mlflow_template") / "ws")
-    Store.open(ws, create=True).close()
-    Registry(ws)
-    return ws
-
-
-@pytest.fixture
-def fit_workspace(workspace: Workspace, mlflow_template: Workspace) -> Workspace:
-    """The test's fresh workspace with a copy of the template's (empty) MLflow store."""
-    shutil.copy(mlflow_template.mlflow_db, workspace.mlflow_db)
-    return workspace
 
 
 @pytest.fixture(scope="session")

@@ -154,9 +154,9 @@ def test_cli_refusals(workspace, capsys, args, message):
     assert len(err) == 1 and re.search(message, err[0])
 
 
-def test_cli_prints_the_new_version(workspace, tmp_path, capsys):
-    assert main(["--home", str(workspace.home), "collect", "trace", "--kineto",
+def test_cli_prints_the_new_version(fit_workspace, tmp_path, capsys):
+    assert main(["--home", str(fit_workspace.home), "collect", "trace", "--kineto",
                  str(_trace(tmp_path, "k.json", CPU_EVENTS)), "--platform", "hand-cpu"]) == 0
-    assert main(["--home", str(workspace.home), "fit", "overheads", "--platform", "hand-cpu"]) == 0
+    assert main(["--home", str(fit_workspace.home), "fit", "overheads", "--platform", "hand-cpu"]) == 0
     out = capsys.readouterr().out
     assert "overhead version 1 of hand-cpu (sync_host): 21 samples from 1 trace(s)" in out

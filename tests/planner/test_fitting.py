@@ -79,6 +79,7 @@ def test_megatron_placement_by_hand(tp, dp, pp, domain, expected):
     assert got == expected
 
 
+@pytest.mark.usefixtures("fit_workspace")   # the workspace with an empty MLflow store
 def test_fit_registers_a_version_never_fitted_on_its_held_out_runs(store, workspace, shared_data, a100, megatron_fw,
                                                                     capsys):
     runs = read_runs(shared_data / SAMPLE).iloc[:120].reset_index(drop=True)

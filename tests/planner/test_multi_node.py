@@ -115,6 +115,7 @@ def test_one_calibration_on_single_and_multi_node_runs_beats_the_single_node_one
     assert err_joint < err_alone
 
 
+@pytest.mark.usefixtures("fit_workspace")   # the workspace with an empty MLflow store
 def test_calibrate_fits_one_calibration_on_several_run_files(workspace, tmp_path, shared_data, capsys):
     """`pmdb plan calibrate --runs SINGLE --runs MULTI`: one version, with the network terms the multi-node file
     identifies."""

@@ -11,7 +11,6 @@ import pytest
 
 from fitters.collective import CollectiveParams, bus_factor, curve
 from fitters.fit import FitOptions, fit_models
-from fitters.registry import Registry
 from pmdb import platform as platforms
 from pmdb.cli.main import main
 from pmdb.errors import PmdbError
@@ -59,13 +58,13 @@ def _measure(store: Store) -> None:
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
+def fitted(tmp_path_factory, mlflow_template):
     """A workspace whose platform has a registered champion GEMM (roofline) and all_reduce (sigmoid) model."""
+    from harness import copy_workspace
     from pmdb.config import Workspace
 
-    ws = Workspace(tmp_path_factory.mktemp("registered") / "ws")
-    Store.open(ws, create=True).close()
-    Registry(ws)   # create the MLflow sqlite store once, before any use
+    # a new workspace with an empty MLflow sqlite store, made before any use (a copy: no second creation)
+    ws = Workspace(copy_workspace(mlflow_template.home, tmp_path_factory.mktemp("registered") / "ws"))
     with Store.open(ws) as store:
         _measure(store)
         for family, op in (("roofline", "fully_connected"), ("sigmoid", "all_reduce")):

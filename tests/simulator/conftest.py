@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,12 @@ from pmdb.store import Store  # noqa: E402
 
 @pytest.fixture(scope="session")
 def cpu_trace_files(tmp_path_factory) -> Path:
-    """Kineto and ET files of both ranks of the 2-rank CPU step (recorded once per session)."""
-    out = tmp_path_factory.mktemp("cpu_two_ranks")
-    recording.spawn_ranks(recording.dlrm_like_rank, 2, out)
-    return out
+    """Kineto and ET files of both ranks of the 2-rank CPU step, recorded once per test run (shared by the workers,
+    :func:`harness.built_once`)."""
+    from harness import built_once
+
+    return built_once(tmp_path_factory, "cpu_two_ranks",
+                      lambda out: recording.spawn_ranks(recording.dlrm_like_rank, 2, out))
 
 
 @pytest.fixture(scope="session")
@@ -36,11 +39,29 @@ def mlp_trace_files(cpu_passes) -> dict[str, Path]:
     return cpu_passes
 
 
+@pytest.fixture(scope="session")
+def cpu_trace_workspace(tmp_path_factory, cpu_trace_files, mlflow_template) -> tuple[Workspace, int, str]:
+    """(workspace, trace set id, platform): a new workspace holding the 2-rank CPU step, tagged with this machine's
+    platform, and an empty MLflow store (:func:`mlflow_template`'s): ingested once per test run (each worker; about
+    1.3 s of CPU per ingest, 1 s per MLflow store). Read only: tests copy it."""
+    from harness import copy_workspace
+
+    ws = Workspace(copy_workspace(mlflow_template.home, tmp_path_factory.mktemp("cpu_trace_set") / "ws"))
+    with Store.open(ws) as store:
+        platform = platforms.resolve(store, None)
+        trace_set = ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured")
+    return ws, trace_set, platform
+
+
 @pytest.fixture
-def cpu_trace_set(store, cpu_trace_files) -> tuple[Store, int, str]:
-    """(store, trace set id, platform) of the 2-rank CPU step, tagged with this machine's platform."""
-    platform = platforms.resolve(store, None)
-    return store, ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured"), platform
+def cpu_trace_set(tmp_path, cpu_trace_workspace) -> Iterator[tuple[Store, int, str]]:
+    """(store, trace set id, platform) of the 2-rank CPU step, tagged with this machine's platform: the test's own
+    copy of :func:`cpu_trace_workspace`, opened."""
+    from harness import copy_workspace
+
+    template, trace_set, platform = cpu_trace_workspace
+    with Store.open(Workspace(copy_workspace(template.home, tmp_path / "cpu_trace_ws"))) as store:
+        yield store, trace_set, platform
 
 
 @pytest.fixture(scope="module")

@@ -97,9 +97,10 @@ def _predict(home: Path, capsys, *args: str) -> dict:
 
 
 @pytest.fixture
-def hta_two_ranks(store, shared_data) -> tuple[int, str, int]:
+def hta_two_ranks(store, fit_workspace, shared_data) -> tuple[int, str, int]:
     """HTA's 2-rank sample (NCCL all_to_all and all_reduce) on an imported A100 platform, with its overheads fitted,
-    peaks and a registered fully_connected backward model: (trace set, model name, version)."""
+    peaks and a registered fully_connected backward model: (trace set, model name, version). The store's workspace
+    is ``fit_workspace`` (an empty MLflow store copied in)."""
     folder = shared_data / "traces" / "gpu" / "hta_128rank_sampled"
     if not folder.is_dir():
         pytest.skip(f"{folder} not present")

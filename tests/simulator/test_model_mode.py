@@ -116,6 +116,7 @@ def test_model_mode_through_the_registry(cpu_trace_set):
     assert {u["op"] for u in pred.unmodelled} >= {"c10d::alltoall_base_", "c10d::allreduce_"}
 
 
+@pytest.mark.usefixtures("fit_workspace")   # the store's workspace with an empty MLflow store
 def test_predict_all_follows_the_champions(store, cpu_trace_files):
     from sim_store import cpu_ranks, ingest
     from pmdb import platform as platforms

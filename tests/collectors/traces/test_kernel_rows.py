@@ -42,13 +42,15 @@ def _cache() -> dict:
 
 
 @pytest.fixture
-def mined(shared_data, _cache, tmp_path_factory) -> tuple[Workspace, dict[str, int], Path]:
+def mined(shared_data, _cache, tmp_path_factory, mlflow_template) -> tuple[Workspace, dict[str, int], Path]:
     """(workspace, trace set per trace name, GPU trace folder): param_linear and param_resnet imported with
-    `pmdb collect trace` on one platform and mined with `pmdb collect mine-traces` (built once per module)."""
+    `pmdb collect trace` on one platform and mined with `pmdb collect mine-traces` (built once per module), in a
+    new workspace with an empty MLflow store (a copy of the run's template) for the fit below."""
     if "mined" not in _cache:
+        from harness import copy_workspace
+
         folder = shared_data / "traces" / "gpu"
-        ws = Workspace(tmp_path_factory.mktemp("mine") / "ws")
-        Store.open(ws, create=True).close()
+        ws = Workspace(copy_workspace(mlflow_template.home, tmp_path_factory.mktemp("mine") / "ws"))
         sets = {}
         for number, name in enumerate(("param_linear", "param_resnet"), start=1):
             assert _cli(ws.home, "collect", "trace", "--kineto", str(folder / name / "kineto.json.gz"),

@@ -162,12 +162,15 @@ def _last_run(workspace: Workspace, kind: str) -> str:
 
 
 @pytest.mark.slow
-def test_readme_walkthrough_judges_against_the_given_time_and_warns_on_thread_counts(tmp_path, own_trace, capsys):
+def test_readme_walkthrough_judges_against_the_given_time_and_warns_on_thread_counts(tmp_path, own_trace, capsys,
+                                                                                     mlflow_template):
     """The README's commands (sweep narrowed to one op, roofline models only: the test stays short); then the same
-    trace predicted with kernel models measured at 1 thread warns once."""
+    trace predicted with kernel models measured at 1 thread warns once. The MLflow store the first fit would create
+    is a copy of one made once per test run (its creation is tested in tests/faults)."""
     kineto, et, measured = own_trace
     ws, ones = Workspace(tmp_path / "ws"), Workspace(tmp_path / "ones")
     assert _pmdb(ws.home, "init") == 0
+    shutil.copy(mlflow_template.mlflow_db, ws.mlflow_db)   # copied to `ones` with the rest below
     assert _pmdb(ws.home, "collect", "trace", "--kineto", kineto, "--et", et, "--measured-ms", measured,
                  "--workload", "my-loop") == 0
     shutil.copytree(ws.home, ones.home)  # the same import, for the 1-thread models below

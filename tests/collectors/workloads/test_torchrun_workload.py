@@ -20,6 +20,9 @@ VENV_BIN = Path(sys.executable).parent
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                  "TORCHELASTIC_RUN_ID")
 STORED = ("workload_runs", "e2e_measurements", "trace_sets", "traces")
+# timed iterations of the run whose rank is killed: unkilled, that run took 61 s from its folder on (2-core Intel host,
+# loaded), killed it fails 2 s after the kill; the test kills a rank 3 s after the folder appears
+KILLED_RUN_ITERS = 5000
 
 
 def _env() -> dict[str, str]:
@@ -108,11 +111,14 @@ def test_a_rank_killed_mid_run_fails_the_run_and_stores_nothing(tmp_path, tiny_d
     home, exchange = tmp_path / "ws", tmp_path / "shared"
     exchange.mkdir()
     _init(home)
-    nodes = _start_nodes(home, tiny_dlrm, exchange, iters=100000)   # long enough to be killed while measuring
+    # long enough to be killed mid-run: each rank first builds its batches (about 0.5 ms each here), then times
+    # them (several ms each); with 100000 both ranks were still building when killed, and rank 0 went on building
+    # for a minute before its next collective told it that its peer was gone
+    nodes = _start_nodes(home, tiny_dlrm, exchange, iters=KILLED_RUN_ITERS)
     deadline = time.monotonic() + 240
     while not any(exchange.iterdir()) and time.monotonic() < deadline and nodes[0].poll() is None:
         time.sleep(0.2)   # rank 0 made the run's folder: the run has started
-    time.sleep(3.0)       # the ranks are in their timed iterations
+    time.sleep(3.0)       # the ranks are building their batches or in their timed iterations
     ranks = _workers(nodes[1].pid)
     assert len(ranks) == 1, ranks
     os.kill(ranks[0], signal.SIGKILL)   # node 1's rank dies without a word

@@ -40,12 +40,13 @@ def one_line_error(proc, pattern):
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    """A workspace (MLflow store created) with an all_reduce sweep and six bmm rows on platform cli-box."""
-    from fitters.registry import Registry
+def home(tmp_path_factory, mlflow_template):
+    """A workspace (MLflow store created: a copy of the run's template) with an all_reduce sweep and six bmm rows on
+    platform cli-box."""
+    from harness import copy_workspace
 
-    ws = Workspace(tmp_path_factory.mktemp("cli") / "ws")
-    with Store.open(ws, create=True) as store:
+    ws = Workspace(copy_workspace(mlflow_template.home, tmp_path_factory.mktemp("cli") / "ws"))
+    with Store.open(ws) as store:
         platforms.ensure_named(store, PLATFORM, device_kind="cpu")
         sizes = 2.0 ** np.arange(2, 26)
         params = CollectiveParams.continuous(2 ** 12, 2 ** 22, 40.0, 2.0, 0.6, 17.0, bus_factor("all_reduce", 2))
@@ -60,7 +61,6 @@ def home(tmp_path_factory):
                     "run_id": run.run_id, "platform": PLATFORM, "op": "bmm", "pass": "fwd", "implementation": "torch",
                     "dtype": "float32", "device": "cpu", "cache_state": "cold", "params": {"B": 2, "M": 8 + i, "N": 8,
                     "K": 8}, "config_key": f"k{i}", "median_us": 10.0 + i})
-    Registry(ws)
     return ws.home
 
 

@@ -8,9 +8,8 @@ import sys
 import pytest
 
 from pmdb.config import Workspace
-from pmdb.store import Store
 
-from harness import descendants, free_port, wait_for_http
+from harness import copy_workspace, descendants, free_port, wait_for_http
 
 ENV = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
 
@@ -30,9 +29,8 @@ def _background() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_background_ui_stops_with_its_server_on_signal(tmp_path, signum):
-    ws = Workspace(tmp_path / "ws")
-    Store.open(ws, create=True).close()
+def test_background_ui_stops_with_its_server_on_signal(tmp_path, mlflow_template, signum):
+    ws = Workspace(copy_workspace(mlflow_template.home, tmp_path / "ws"))   # its MLflow store made once per run
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pmdb", "--home", str(ws.home), "ui", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
