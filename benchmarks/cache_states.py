@@ -13,6 +13,11 @@ chosen by it. Two measurements, both on one thread:
    :class:`collectors.ops.timer.CacheFlusher`, then the same re-warm). Repetitions of the three alternate, so a busy
    neighbour slows them alike; medians of ``--reps``. ``(llc - warm) / (cold - warm)`` says how much of the cold
    penalty an LLC hit already pays: near 1, cold and in-LLC cost the same on this host.
+3. **A backward call's own cost.** Every backward microbenchmark times one ``torch.autograd.grad`` call; a training
+   step pays the engine's per-call cost once per backward, not per node. Per size: one relu's isolated
+   ``autograd.grad``, the per-node cost inside a 50-relu chain's backward, and the direct ``threshold_backward``;
+   the isolated call minus the in-chain node is what a backward op's microbenchmark carries that a step's node does
+   not.
 
     .venv/bin/python benchmarks/cache_states.py [--reps 40] [--out FILE.md]
 """
@@ -138,6 +143,35 @@ def three_states(make: Callable[[], tuple[Op, tuple]], flusher: CacheFlusher, st
     return {state: float(np.median(v)) for state, v in samples.items()}
 
 
+def _median_us(fn: Op, reps: int) -> float:
+    for _ in range(min(20, reps)):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - start) / 1e3)
+    return float(np.median(times))
+
+
+def backward_call_cost(elements: int, reps: int, chain: int = 50) -> dict[str, float]:
+    """µs: one relu's isolated ``autograd.grad`` ('single'), the per-node cost in a ``chain``-relu backward
+    ('in_chain'), the direct ``threshold_backward`` ('direct'), and single - in_chain ('call')."""
+    x = torch.randn(elements, requires_grad=True)
+    g = torch.randn(elements)
+    y = x.relu()
+    single = _median_us(lambda: torch.autograd.grad(y, [x], g, retain_graph=True), reps)
+    direct = _median_us(lambda: torch.ops.aten.threshold_backward(g, y.detach(), 0.0), reps)
+    ends = {}
+    for k in (1, chain):
+        z = x
+        for _ in range(k):
+            z = z.relu()
+        ends[k] = _median_us(lambda: torch.autograd.grad(z, [x], g, retain_graph=True), max(3, reps // 3))
+    in_chain = (ends[chain] - ends[1]) / (chain - 1)
+    return {"single": single, "in_chain": in_chain, "direct": direct, "call": single - in_chain}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=40, help="repetitions of each state per shape (default 40)")
@@ -167,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         t = three_states(make, flusher, stream, args.reps)
         share = (t["llc"] - t["warm"]) / (t["cold"] - t["warm"]) if t["cold"] - t["warm"] > 1e-9 else float("nan")
         lines.append(f"| {name} | {t['warm']:.1f} | {t['llc']:.1f} | {t['cold']:.1f} | {share:.2f} |")
+    lines += ["", f"## A backward call's own cost (median µs of {args.reps * 5}; chain of 50 relus)", "",
+              "| elements | isolated autograd.grad | per node in a chain | direct kernel | the call's own cost |",
+              "|---|---|---|---|---|"]
+    for elements in (4, 16_384, 262_144):
+        c = backward_call_cost(elements, args.reps * 5)
+        lines.append(f"| {elements} | {c['single']:.1f} | {c['in_chain']:.1f} | {c['direct']:.1f} | {c['call']:.1f} |")
     lines += ["", f"Load average {os.getloadavg()[0]:.2f} at the end."]
     report = "\n".join(lines) + "\n"
     if args.out is not None:

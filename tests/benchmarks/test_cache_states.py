@@ -25,3 +25,11 @@ def test_too_few_repetitions_are_refused(capsys):
     bench = load_benchmark("cache_states")
     assert bench.main(["--reps", "1"]) == 2
     assert "at least 3" in capsys.readouterr().err
+
+
+def test_a_backward_call_costs_more_alone_than_as_a_node_of_a_chain():
+    bench = load_benchmark("cache_states")
+    cost = bench.backward_call_cost(4, reps=30, chain=20)
+    assert cost["single"] > cost["direct"] > 0
+    assert cost["call"] == cost["single"] - cost["in_chain"]
+    assert cost["call"] > 0   # the engine's per-call work, paid once per backward in a step
