@@ -75,10 +75,8 @@ class EmbeddingModel(Model):
                 "features": {"per_table": list(feats.TABLE_FEATURES), "input_columns": list(feats.EMBEDDING_COLUMNS),
                              "aggregation": "sum over tables"}}
 
-    @property
-    def budget_hit(self) -> bool:
-        """Whether the wall-clock cap cut the search short (then not reproducible from data and seed)."""
-        return bool(self.info.get("budget_hit", False))
+    def search_record(self) -> dict[str, Any]:
+        return self.info
 
     def save_weights(self, directory: Path) -> None:
         torch.save(self.net.state_dict(), directory / STATE_FILE)

@@ -330,7 +330,7 @@ class Fitter:
         figures = [] if worker is not None else [job.draw() for job in jobs]
         version, mlflow_run_id = self.registry.log_version_run(self.store, fit_run_id, record, model, figures,
                                                                split_ids)
-        budget_hit = bool(getattr(model, "budget_hit", False))   # also the run's param model.budget_hit
+        budget_hit = model.budget_hit   # also the run's param model.budget_hit
         if budget_hit:
             self.registry.client.set_tag(mlflow_run_id, "pmdb.budget_hit", "true")
             self.budget_hit.append(f"{record.name}:{version}")

@@ -66,10 +66,8 @@ class GBDTModel(Model):
                 "min_samples_leaf": int(self.estimator.min_samples_leaf), "search": self.info,
                 "gemm_bounds": self.gemm_bounds, "budget_hit": self.budget_hit}
 
-    @property
-    def budget_hit(self) -> bool:
-        """Whether the wall-clock cap cut the search short (then not reproducible from data and seed)."""
-        return bool(self.info.get("budget_hit", False))
+    def search_record(self) -> dict[str, Any]:
+        return self.info
 
     def save_weights(self, directory: Path) -> None:
         sio.dump(self.estimator, directory / WEIGHTS_FILE)

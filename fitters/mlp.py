@@ -58,10 +58,8 @@ class MLPModel(Model):
                 **{k: self.hyper[k] for k in ("width", "depth", "lr")}, "search": self.search_info,
                 "gemm_bounds": self.gemm_bounds, "budget_hit": self.budget_hit}
 
-    @property
-    def budget_hit(self) -> bool:
-        """Whether the wall-clock cap cut the search short (then not reproducible from data and seed)."""
-        return bool(self.search_info.get("budget_hit", False))
+    def search_record(self) -> dict[str, Any]:
+        return self.search_info
 
     def save_weights(self, directory: Path) -> None:
         torch.save(self.net.state_dict(), directory / STATE_FILE)

@@ -94,6 +94,15 @@ class Model(ABC):
         """The feature spec (``model_versions.features``)."""
         return self.config().get("features", {})
 
+    def search_record(self) -> dict[str, Any]:
+        """The record of the hyperparameter search that chose this model ({} for families without one)."""
+        return {}
+
+    @property
+    def budget_hit(self) -> bool:
+        """Whether the wall-clock cap cut the search short (then not reproducible from data and seed)."""
+        return bool(self.search_record().get("budget_hit", False))
+
     def save_weights(self, directory: Path) -> None:
         """Write weight files beside model.json (families with weights override this)."""
 
