@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import typer
 
-from pmdb.cli.text_table import (Cutter, as_rows, column_cells, cut, dropped_note, is_empty, layout,
-                                 terminal_width)
+from pmdb.cli.text_table import (Cutter, as_rows, column_cells, column_names, cut, dropped_note, is_empty,
+                                 layout, terminal_width)
 from pmdb.config import Workspace, resolve_workspace
 from pmdb.errors import PmdbError
 from pmdb.rows import Rows
@@ -124,7 +124,7 @@ def render(frame: Table, fmt: str = "table", output: Optional[Path] = None, *, l
     elif fmt == "json":
         typer.echo(json.dumps(json.loads(frame.to_json(orient="records", date_format="iso")), indent=1))
     elif frame.empty:
-        typer.echo("(no rows)" if len(frame.names if isinstance(frame, Rows) else frame.columns) else "(no result)")
+        typer.echo("(no rows)" if column_names(frame) else "(no result)")
     else:
         typer.echo("\n".join(table_lines(frame, limit=limit, hint=hint, labels=labels, lift=lift, keep=keep,
                                          cutters=cutters, legend=legend)))
@@ -175,9 +175,9 @@ def table_lines(frame: Table, *, limit: Optional[int] = None, hint: str = ALL_RO
 
 def _values(frame: Table, column: str) -> list[Any]:
     """The values of ``column`` in ``frame`` ([] without it)."""
-    if isinstance(frame, Rows):
-        return frame.column(column) if column in frame.names else []
-    return frame[column].tolist() if column in frame.columns else []
+    if column not in column_names(frame):
+        return []
+    return frame.column(column) if isinstance(frame, Rows) else frame[column].tolist()
 
 
 def record_lines(frame: Table, width: int) -> list[str]:

@@ -49,9 +49,14 @@ def as_rows(frame: Table) -> Rows:
     return frame if isinstance(frame, Rows) else Rows.from_frame(frame)
 
 
+def column_names(frame: Table) -> list[Any]:
+    """The column names of a DataFrame or of :class:`Rows`."""
+    return list(frame.names if isinstance(frame, Rows) else frame.columns)
+
+
 def columns_last(frame: Table, last: Sequence[str]) -> Table:
     """``frame`` with the columns of ``last`` it has moved to the right end, in that order."""
-    names = list(frame.names if isinstance(frame, Rows) else frame.columns)
+    names = column_names(frame)
     moved = [c for c in last if c in names]
     order = [c for c in names if c not in moved] + moved
     return frame if order == names else frame.select(order) if isinstance(frame, Rows) else frame[order]
@@ -60,7 +65,7 @@ def columns_last(frame: Table, last: Sequence[str]) -> Table:
 def ids_last(frame: Table) -> Table:
     """``frame`` with its id columns ('id', '*_id') moved to the right end: in a narrow table they are the first
     left out (named in the note), and the columns that tell the rows apart keep their room."""
-    names = list(frame.names if isinstance(frame, Rows) else frame.columns)
+    names = column_names(frame)
     ids = [c for c in names if str(c) == "id" or str(c).endswith("_id")]
     return columns_last(frame, ids) if 0 < len(ids) < len(names) else frame
 
