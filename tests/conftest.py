@@ -17,9 +17,9 @@ from pmdb.config import Workspace  # noqa: E402
 from pmdb.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
 if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))  # tests/harness.py and tests/recording.py import by name
+from harness import SHARED_DATA  # noqa: E402  (../shared/data beside the project)
 
 
 # Folders whose tests share a session fixture that costs tens of seconds of CPU (tests/shard: a real 2-rank
@@ -121,20 +121,11 @@ def shared_data() -> Path:
 
 @pytest.fixture
 def gpu_trace(store, shared_data):
-    """``gpu_trace(name, platform, et=True)``: the shared GPU trace folder ``traces/gpu/<name>`` (its Kineto trace,
-    and its execution trace with ``et``) imported as a trace set of the imported cuda ``platform``; the trace set id.
-    Skips when the folder is absent."""
-    from collectors.traces.ingest import RankTraces, ingest_trace_set
-    from pmdb import platform as platforms
+    """``gpu_trace(name, platform, et=True)``: :func:`harness.ingest_gpu_trace` into the test's store."""
+    from harness import ingest_gpu_trace
 
     def load(name: str, platform: str, *, et: bool = True) -> int:
-        folder = shared_data / "traces" / "gpu" / name
-        if not folder.is_dir():
-            pytest.skip(f"{folder} not present")
-        platforms.ensure_named(store, platform, device_kind="cuda")
-        with store.run("trace", platform, {}) as run:
-            ranks = [RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz" if et else None)]
-            return ingest_trace_set(store, run.run_id, platform, ranks, label=name, source="imported")
+        return ingest_gpu_trace(store, name, platform, et=et)
     return load
 
 

@@ -5,7 +5,8 @@
 * :func:`in_process`: ``pmdb --home HOME ARGS`` run by :func:`pmdb.cli.main.main` in this process, with its output
   captured, for tests where no process boundary is under test (a process start imports torch, MLflow: seconds);
 * :func:`built_once`: a folder a session fixture builds once for the whole test run, shared by the pytest-xdist
-  workers of `make test` instead of built by each.
+  workers of `make test` instead of built by each;
+* :func:`ingest_gpu_trace`: a shared GPU trace folder imported into a store.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 
 def copy_workspace(src: Path, dst: Path) -> Path:
@@ -125,3 +126,24 @@ def load_benchmark(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"  # ../shared/data beside the project
+
+
+def ingest_gpu_trace(store: Any, name: str, platform: str, *, et: bool = True) -> int:
+    """The shared GPU trace folder ``traces/gpu/<name>`` (its Kineto trace, and its execution trace with ``et``)
+    imported into ``store`` as a trace set of the imported cuda ``platform``; the trace set id. Skips when the
+    folder is absent."""
+    import pytest
+
+    from collectors.traces.ingest import RankTraces, ingest_trace_set
+    from pmdb import platform as platforms
+
+    folder = SHARED_DATA / "traces" / "gpu" / name
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not present")
+    platforms.ensure_named(store, platform, device_kind="cuda")
+    with store.run("trace", platform, {}) as run:
+        ranks = [RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz" if et else None)]
+        return ingest_trace_set(store, run.run_id, platform, ranks, label=name, source="imported")

@@ -7,39 +7,27 @@ from collections.abc import Iterator
 
 import pytest
 
-from collectors.traces.ingest import RankTraces, ingest_trace_set
 from fitters.overheads import fit_overheads
-from harness import copy_workspace
+from harness import copy_workspace, ingest_gpu_trace
 from pmdb import platform as platforms
 from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from simulator.predict import predict_trace_set
 from simulator.session import PredictionSession
-from tests.conftest import SHARED_DATA
-
-
-def _ingest(store: Store, name: str, platform: str) -> int:
-    folder = SHARED_DATA / "traces" / "gpu" / name
-    platforms.ensure_named(store, platform, device_kind="cuda")
-    with store.run("trace", platform, {}) as run:
-        ranks = [RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz")]
-        return ingest_trace_set(store, run.run_id, platform, ranks, label=name, source="imported")
 
 
 @pytest.fixture(scope="module")
 def lent_template(tmp_path_factory) -> tuple[Workspace, int]:
     """(workspace, trace set): param_resnet's overheads fitted on platform gpu-lender and param_linear imported onto
-    gpu-borrower (both RTX 2080 Ti traces, as two platforms), built once per module. Read only: tests copy it."""
-    for name in ("param_resnet", "param_linear"):
-        if not (SHARED_DATA / "traces" / "gpu" / name).is_dir():
-            pytest.skip(f"{SHARED_DATA / 'traces' / 'gpu' / name} not present")
+    gpu-borrower (both RTX 2080 Ti traces, as two platforms), built once per module (skipped without them).
+    Read only: tests copy it."""
     ws = Workspace(tmp_path_factory.mktemp("lent") / "ws")
     with Store.open(ws, create=True) as store:
-        _ingest(store, "param_resnet", "gpu-lender")
+        ingest_gpu_trace(store, "param_resnet", "gpu-lender")
         with store.run("overheads", "gpu-lender", {}) as run:
             fit_overheads(store, run.run_id, "gpu-lender")
-        trace_set = _ingest(store, "param_linear", "gpu-borrower")
+        trace_set = ingest_gpu_trace(store, "param_linear", "gpu-borrower")
     return ws, trace_set
 
 
