@@ -8,7 +8,9 @@ dropped and counted.
 
 GPU kernel rows are fitted on ``median_us``, the kernel's device time: rows imported from single-call tables
 (NeuSight) had their table's host floor removed at import (``collectors/importers/launch_floor.py``; the latency
-is kept in ``single_call_us``), so the simulator's host side (T1-T5) is not counted twice.
+is kept in ``single_call_us``), so the simulator's host side (T1-T5) is not counted twice. CPU backward rows are
+fitted on ``node_us``, their median without the autograd engine's own cost of the benchmark's backward call (the
+row's ``engine_call_us``, migration 0018): a step's node pays its own run, not a whole backward call's set-up.
 """
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ def kernel_groups(store: Store, platform: str, ops: list[str] | None = None,
     the 'loop' state (traced embedding lookups timed in a training loop) price exactly their own shapes and are
     never fitted."""
     sql = ("SELECT measurement_id, run_id, op, pass, implementation, dtype, cache_state, config_key, threads, "
-           "CAST(params AS VARCHAR) AS params, median_us FROM v_op_measurements WHERE platform = ? "
+           "CAST(params AS VARCHAR) AS params, node_us AS median_us FROM v_op_measurements WHERE platform = ? "
            "AND cache_state <> 'loop'")
     args: list = [platform]
     if ops:

@@ -10,7 +10,8 @@ Matching is exact: the row's params become the ops catalogue's config (:func:`co
 as ``pmdb collect ops --from-trace-set`` builds them), and its resume key
 (:func:`collectors.ops.sweep.config_key`: op, pass, implementation, dtype, threads, config) selects completed
 microbenchmark rows (``v_op_measurements``, source 'microbenchmark', not skipped) of the cache state the model
-would have used. Several rows of one key give the median of their medians (µs). Embedding lookups carry
+would have used. Several rows of one key give the median of their medians (µs; a CPU backward row's median
+without the autograd engine's own cost of its call, ``node_us``: a node of a step pays its own run only). Embedding lookups carry
 settings their traced params do not hold (table sizes, pooling, index sources): they are matched by their rank's
 stored tables instead (:meth:`ShapeMedians.embedding_time`, the config ``collect ops --from-traces`` measures).
 
@@ -87,7 +88,7 @@ class ShapeMedians:
         """Every completed, not skipped microbenchmark row of ``platform``, reduced per (config key, cache state),
         and every row mined from its traces, per (shape key, cache state)."""
         frame = store.query(
-            "SELECT config_key, cache_state, median(median_us) AS us FROM v_op_measurements "
+            "SELECT config_key, cache_state, median(node_us) AS us FROM v_op_measurements "
             "WHERE platform = ? AND source = 'microbenchmark' AND skipped IS NULL AND median_us > 0 "
             "GROUP BY config_key, cache_state", [platform])
         medians = {(k, s): float(us) for k, s, us in zip(frame["config_key"], frame["cache_state"], frame["us"])}

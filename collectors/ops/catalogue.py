@@ -83,7 +83,9 @@ class Built:
     ``stats`` per-table embedding statistics (embedding lookups only); ``release()`` (optional) breaks reference
     cycles the garbage collector cannot free, so that the config's tensors go as soon as the sweep drops it.
     ``loop()`` (optional, CPU): one training iteration of the op on its next fresh batch, returning its (forward µs,
-    backward µs): what the 'loop' cache state times (:func:`collectors.ops.timer.time_loop`)."""
+    backward µs): what the 'loop' cache state times (:func:`collectors.ops.timer.time_loop`). ``engine_bwd``:
+    ``bwd()`` (and the loop's backward) is one autograd engine call, whose own set-up a CPU row stores beside it
+    (:mod:`collectors.ops.engine_call`)."""
 
     fwd: Callable[[], Any]
     bwd: Callable[[], Any] | None
@@ -92,6 +94,7 @@ class Built:
     keep: tuple = ()
     release: Callable[[], None] | None = None
     loop: Callable[[], tuple[float, float]] | None = None
+    engine_bwd: bool = False
 
 
 def autograd_pair(forward: Callable[[], torch.Tensor], inputs: Sequence[torch.Tensor], params: dict[str, Any],
@@ -106,7 +109,7 @@ def autograd_pair(forward: Callable[[], torch.Tensor], inputs: Sequence[torch.Te
     def bwd() -> Any:
         return torch.autograd.grad(out, wrt, grad, retain_graph=True)
 
-    return Built(forward, bwd, params, keep=(out, grad, *keep))
+    return Built(forward, bwd, params, keep=(out, grad, *keep), engine_bwd=True)
 
 
 @dataclass

@@ -214,7 +214,7 @@ def build(c: dict[str, Any], ctx: BuildContext) -> Built:
                     for _ in range(loop_batches(c))]
         loop = _training_loop(lookup, pool, grad)
     return Built(lambda: lookup(indices, offsets), bwd, params, stats, keep=(lookup, out, grad, indices, offsets),
-                 release=lambda: release_optimizers(lookup), loop=loop)
+                 release=lambda: release_optimizers(lookup), loop=loop, engine_bwd=True)
 
 
 def loop_batches(c: dict[str, Any]) -> int:

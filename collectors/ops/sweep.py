@@ -33,6 +33,7 @@ from collectors.ops.summary import SweepSummary
 from collectors.ops.timer import (LOOP, CacheFlusher, TimerSettings, Timing, measure, time_cpu_both, time_loop,
                                   timing_environment)
 from collectors.ops.cuda_timing import time_device
+from collectors.ops.engine_call import EngineCallCost
 from collectors.ops.writer import BatchWriter, sticky_interrupts
 from collectors.workloads.allocator import apply_in_process
 from pmdb import platform as platforms
@@ -270,6 +271,8 @@ class Sweep:
         self.summary = SweepSummary(options.sweep, self.device.type, timing_environment(),
                                     options.settings.as_dict(), options.memory_cap)
         needs_cold = self.device.type == "cpu" and "cold" in CACHES[options.cache]
+        # the autograd engine's own cost of a backward call, stored beside each CPU backward row
+        self.engine = EngineCallCost() if self.device.type == "cpu" else None
         llc_bytes = platforms.cache_sizes().get("llc_bytes")
         self.flusher = CacheFlusher(options.settings.flush_bytes, llc_bytes) if needs_cold else None
 
@@ -361,6 +364,9 @@ class Sweep:
                extra: dict[str, Any] | None = None) -> None:
         """Queue one measured row (and the config's embedding statistics, when given) and count it; ``extra``:
         more columns of the row (a CUDA row's device_timing, single_call_us, back_to_back_us)."""
+        if self.engine is not None and pass_ == "bwd" and built.engine_bwd:
+            extra = {**(extra or {}), "engine_call_us": self.engine.current()}
+            self.summary.engine_call_us = self.engine.measured
         with self._unbounded():
             self.writer.add({**self._base_row(item, pass_, cache, built.params), "median_us": timing.median_us,
                              "mean_us": timing.mean_us, "std_us": timing.std_us, "min_us": timing.min_us,

@@ -5,8 +5,13 @@ CREATE OR REPLACE VIEW completed_runs AS
 
 -- Measured (not skipped) op timings of completed runs. CUDA rows timed as one call between two events before
 -- migration 0015 ('single_call': the host's launch path, not the kernel) are not kernel times and do not count.
+-- node_us: what one node of a training step pays, the row's median without the autograd engine's own cost of the
+-- benchmark's backward call (CPU backward rows since 0018; never below a tenth of the median); the median
+-- elsewhere.
 CREATE OR REPLACE VIEW v_op_measurements AS
-    SELECT m.* FROM op_measurements m JOIN completed_runs r USING (run_id)
+    SELECT m.*, CASE WHEN m.engine_call_us IS NULL THEN m.median_us
+                     ELSE greatest(m.median_us - m.engine_call_us, 0.1 * m.median_us) END AS node_us
+    FROM op_measurements m JOIN completed_runs r USING (run_id)
     WHERE m.skipped IS NULL AND m.median_us IS NOT NULL AND m.device_timing IS DISTINCT FROM 'single_call';
 
 CREATE OR REPLACE VIEW v_embedding_batch_stats AS

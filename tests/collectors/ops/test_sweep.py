@@ -35,6 +35,13 @@ def test_rows_resume_and_force(store):
     assert (rows.median_us > 0).all() and (rows.min_us <= rows.median_us).all() and (rows.repetitions >= 2).all()
     assert rows.groupby("config_key").size().eq(2).all()  # warm and cold share the key
     assert summary["configs_done"] == 2 and {p["op"] for p in summary["per_op"]} == {"fully_connected"}
+    # each backward row carries the engine's own cost of its autograd.grad call; node_us is the row without it
+    bwd, fwd = rows[rows["pass"] == "bwd"], rows[rows["pass"] == "fwd"]
+    assert (bwd["engine_call_us"] > 0).all() and fwd["engine_call_us"].isna().all()
+    assert summary["engine_call_us"] and set(bwd["engine_call_us"]) <= set(summary["engine_call_us"])
+    expected = (bwd["median_us"] - bwd["engine_call_us"]).clip(lower=0.1 * bwd["median_us"])
+    assert bwd["node_us"].tolist() == pytest.approx(expected.tolist())
+    assert (fwd["node_us"] == fwd["median_us"]).all()
     assert all(p["cv_median"] >= 0 for p in summary["per_op"])
     # again: everything is already there
     _, again = _sweep(store, ops=["fully_connected"], configs=FC)
