@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from pmdb_commands import host_line  # noqa: E402
 from pmdb.platform import cache_sizes  # noqa: E402
+from collectors.ops.engine_call import measure_engine_call_us, median_us  # noqa: E402
 from collectors.ops.timer import CacheFlusher  # noqa: E402
 
 SIZES_MIB = (0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -143,33 +144,14 @@ def three_states(make: Callable[[], tuple[Op, tuple]], flusher: CacheFlusher, st
     return {state: float(np.median(v)) for state, v in samples.items()}
 
 
-def _median_us(fn: Op, reps: int) -> float:
-    for _ in range(min(20, reps)):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter_ns()
-        fn()
-        times.append((time.perf_counter_ns() - start) / 1e3)
-    return float(np.median(times))
-
-
 def backward_call_cost(elements: int, reps: int, chain: int = 50) -> dict[str, float]:
     """µs: one relu's isolated ``autograd.grad`` ('single'), the per-node cost in a ``chain``-relu backward
-    ('in_chain'), the direct ``threshold_backward`` ('direct'), and single - in_chain ('call')."""
-    x = torch.randn(elements, requires_grad=True)
-    g = torch.randn(elements)
-    y = x.relu()
-    single = _median_us(lambda: torch.autograd.grad(y, [x], g, retain_graph=True), reps)
-    direct = _median_us(lambda: torch.ops.aten.threshold_backward(g, y.detach(), 0.0), reps)
-    ends = {}
-    for k in (1, chain):
-        z = x
-        for _ in range(k):
-            z = z.relu()
-        ends[k] = _median_us(lambda: torch.autograd.grad(z, [x], g, retain_graph=True), max(3, reps // 3))
-    in_chain = (ends[chain] - ends[1]) / (chain - 1)
-    return {"single": single, "in_chain": in_chain, "direct": direct, "call": single - in_chain}
+    ('in_chain'), the direct ``threshold_backward`` ('direct'), and single - in_chain ('call'), as the ops sweep
+    measures it (:func:`collectors.ops.engine_call.measure_engine_call_us`)."""
+    figures = measure_engine_call_us(reps, elements, chain, warmup=min(20, reps))
+    g, y = torch.randn(elements), torch.randn(elements).relu()
+    direct = median_us(lambda: torch.ops.aten.threshold_backward(g, y, 0.0), reps, min(20, reps))
+    return {"single": figures["single"], "in_chain": figures["per_node"], "direct": direct, "call": figures["call"]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,8 +25,9 @@ REFRESH_S = 20.0     # a sweep re-measures when its last figure is older than th
 ELEMENTS = 4         # a tensor this small: the node's own work is a few hundred ns
 
 
-def _median_us(fn: Callable[[], object], reps: int) -> float:
-    for _ in range(3):
+def median_us(fn: Callable[[], object], reps: int, warmup: int = 3) -> float:
+    """Median wall time of ``reps`` calls of ``fn`` after ``warmup`` untimed ones (µs)."""
+    for _ in range(warmup):
         fn()
     times = []
     for _ in range(reps):
@@ -36,20 +37,23 @@ def _median_us(fn: Callable[[], object], reps: int) -> float:
     return float(statistics.median(times))
 
 
-def measure_engine_call_us(reps: int = REPS) -> dict[str, float]:
-    """µs: ``single`` (one relu's isolated ``autograd.grad``), ``per_node`` (a relu's cost inside a chain) and
-    ``call`` = single - per_node (>= 0): the engine's own cost of one backward call."""
-    x = torch.randn(ELEMENTS, requires_grad=True)
-    grad = torch.randn(ELEMENTS)
+def measure_engine_call_us(reps: int = REPS, elements: int = ELEMENTS, chain: int = CHAIN,
+                           warmup: int = 3) -> dict[str, float]:
+    """µs: ``single`` (one relu's isolated ``autograd.grad`` on ``elements`` floats), ``per_node`` (a relu's cost
+    inside a ``chain``-relu backward) and ``call`` = single - per_node (>= 0): the engine's own cost of one
+    backward call."""
+    x = torch.randn(elements, requires_grad=True)
+    grad = torch.randn(elements)
     ends = {}
-    for k in (1, CHAIN):
+    for k in (1, chain):
         z = x
         for _ in range(k):
             z = z.relu()
-        ends[k] = _median_us(lambda z=z: torch.autograd.grad(z, [x], grad, retain_graph=True), max(5, reps // 3))
+        ends[k] = median_us(lambda z=z: torch.autograd.grad(z, [x], grad, retain_graph=True), max(5, reps // 3),
+                            warmup)
     y = x.relu()
-    single = _median_us(lambda: torch.autograd.grad(y, [x], grad, retain_graph=True), reps)
-    per_node = max((ends[CHAIN] - ends[1]) / (CHAIN - 1), 0.0)
+    single = median_us(lambda: torch.autograd.grad(y, [x], grad, retain_graph=True), reps, warmup)
+    per_node = max((ends[chain] - ends[1]) / (chain - 1), 0.0)
     return {"single": single, "per_node": per_node, "call": max(single - per_node, 0.0)}
 
 
