@@ -97,12 +97,15 @@ def query(home: Path, sql: str, params: list | None = None) -> list[tuple]:
 @pytest.fixture(scope="session")
 def registered_home(tmp_path_factory) -> Path:
     """A workspace with this machine registered by real `pmdb init` and `pmdb platform` processes, once per test
-    run (each worker): tests get copies (:func:`home`)."""
-    ws = tmp_path_factory.mktemp("registered") / "ws"
-    for args in (["init"], ["platform"]):
-        done = run_pmdb(ws, *args)
-        assert done.returncode == 0, done.stderr
-    return ws
+    run (shared by the workers, :func:`harness.built_once`; two processes, seconds each): tests get copies
+    (:func:`home`). Read only."""
+    from harness import built_once
+
+    def build(folder: Path) -> None:
+        for args in (["init"], ["platform"]):
+            done = run_pmdb(folder / "ws", *args)
+            assert done.returncode == 0, done.stderr
+    return built_once(tmp_path_factory, "registered", build) / "ws"
 
 
 @pytest.fixture

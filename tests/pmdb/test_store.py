@@ -134,3 +134,28 @@ def test_readers_see_runs_of_dead_processes_as_interrupted(workspace):
         assert second.scalar("SELECT count(*) FROM completed_runs") == 0
     with Store.open(workspace, read_only=True) as reader:  # the table itself is untouched by readers
         assert reader.scalar(f"SELECT status FROM \"{'pmdb'}\".main.collection_runs") == "running"
+
+
+def test_views_are_created_once_and_again_when_another_release_rewrote_one(workspace):
+    """Opening a store whose views are this release's recreates none; a view another release recreated (without
+    this release's stamp) is replaced by a writer and shadowed by this release's for a reader."""
+    import duckdb
+
+    def views() -> dict[str, str | None]:
+        with duckdb.connect(str(workspace.db_path), read_only=True) as conn:
+            return dict(conn.execute("SELECT view_name, comment FROM duckdb_views() WHERE NOT internal "
+                                     "AND NOT temporary").fetchall())
+    stamped = views()
+    assert len(stamped) > 10 and len(set(stamped.values())) == 1 and None not in stamped.values()
+    before = workspace.db_path.read_bytes()
+    Store.open(workspace).close()
+    assert workspace.db_path.read_bytes() == before           # a writer's open recreated nothing
+    with duckdb.connect(str(workspace.db_path)) as conn:   # what an older release's open does to one view
+        conn.execute("CREATE OR REPLACE VIEW v_predictions AS SELECT 1 AS older")
+    with Store.open(workspace, read_only=True) as reader:
+        assert "older" not in [c[0] for c in reader.conn.execute("SELECT * FROM v_predictions").description]
+    assert views()["v_predictions"] is None                 # a reader writes nothing
+    Store.open(workspace).close()
+    assert views() == stamped
+    with Store.open(workspace, read_only=True) as reader:
+        assert "prediction_id" in [c[0] for c in reader.conn.execute("SELECT * FROM v_predictions").description]

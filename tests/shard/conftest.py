@@ -36,12 +36,16 @@ class ShardWorkspace:
 
 
 @pytest.fixture(scope="session")
-def shard_ws(tmp_path_factory) -> ShardWorkspace:
+def shard_ws(tmp_path_factory, mlflow_template) -> ShardWorkspace:
+    """The workspace; its empty MLflow store is a copy of :func:`mlflow_template`'s (made once per test run)."""
+    import shutil
+
     root = tmp_path_factory.mktemp("shard")
     tiny = root / "tiny.json"
     tiny.write_text(json.dumps(TINY))
     workspace = Workspace(root / "ws")
     Store.open(workspace, create=True).close()
+    shutil.copy(mlflow_template.mlflow_db, workspace.mlflow_db)
     home = ["--home", str(workspace.home)]
     assert main([*home, "collect", "workload", "dlrm", "--config", str(tiny), "--world-size", "2", "--iters", "1",
                  "--warmup", "1", "--trace-iters", "1", "--sharder", "naive"]) == 0

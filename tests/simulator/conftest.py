@@ -42,15 +42,21 @@ def mlp_trace_files(cpu_passes) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def cpu_trace_workspace(tmp_path_factory, cpu_trace_files, mlflow_template) -> tuple[Workspace, int, str]:
     """(workspace, trace set id, platform): a new workspace holding the 2-rank CPU step, tagged with this machine's
-    platform, and an empty MLflow store (:func:`mlflow_template`'s): ingested once per test run (each worker; about
-    1.3 s of CPU per ingest, 1 s per MLflow store). Read only: tests copy it."""
-    from harness import copy_workspace
+    platform, and an empty MLflow store (:func:`mlflow_template`'s): ingested once per test run (shared by the
+    workers, :func:`harness.built_once`; about 1.3 s of CPU per ingest). Read only: tests copy it."""
+    import json
 
-    ws = Workspace(copy_workspace(mlflow_template.home, tmp_path_factory.mktemp("cpu_trace_set") / "ws"))
-    with Store.open(ws) as store:
-        platform = platforms.resolve(store, None)
-        trace_set = ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured")
-    return ws, trace_set, platform
+    from harness import built_once, copy_workspace
+
+    def build(folder: Path) -> None:
+        ws = Workspace(copy_workspace(mlflow_template.home, folder / "ws"))
+        with Store.open(ws) as store:
+            platform = platforms.resolve(store, None)
+            trace_set = ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured")
+        (folder / "set.json").write_text(json.dumps({"trace_set": trace_set, "platform": platform}))
+    folder = built_once(tmp_path_factory, "cpu_trace_set", build)
+    built = json.loads((folder / "set.json").read_text())
+    return Workspace(folder / "ws"), int(built["trace_set"]), str(built["platform"])
 
 
 @pytest.fixture

@@ -90,7 +90,10 @@ def _narrow(lines: list[str]) -> list[str]:
 
 
 @pytest.mark.slow  # ~30 s of CPU: a profiled loop, a sweep, an MLflow fit, two predictions
-def test_own_loop_recipe_prices_conv1d_with_its_threads(workspace: Workspace, loop, capsys, monkeypatch):
+def test_own_loop_recipe_prices_conv1d_with_its_threads(fit_workspace: Workspace, loop, capsys, monkeypatch):
+    """The empty MLflow store the fit uses is a copy of one made once per test run (its creation is tested in
+    tests/faults)."""
+    workspace = fit_workspace
     monkeypatch.setenv("COLUMNS", "80")
     kineto, et, measured = loop
     home = workspace.home

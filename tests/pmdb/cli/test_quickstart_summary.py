@@ -167,8 +167,10 @@ def test_the_gpu_sample_is_small_attributed_and_packaged():
 
 
 @pytest.mark.slow
-def test_quickstart_gpu_steps_predict_the_shipped_step(workspace, capsys):
-    """The six GPU steps in a fresh workspace, from the package's own files (no ../shared), then once more: reused."""
+def test_quickstart_gpu_steps_predict_the_shipped_step(fit_workspace, capsys):
+    """The six GPU steps in a fresh workspace, from the package's own files (no ../shared), then once more: reused.
+    Its empty MLflow store is a copy of one made once per test run (its creation is tested in tests/faults)."""
+    workspace = fit_workspace
     args = ["--home", str(workspace.home), "quickstart"] + [a for step in GPU_STEPS for a in ("--only", step)]
     assert main(args) == 0
     out = capsys.readouterr().out
