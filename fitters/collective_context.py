@@ -319,8 +319,7 @@ def fit_group(rows: pd.DataFrame, base: Model, base_version: str, seed: int = 0)
         # the size term alone (plain curve x factor) against the work without the lag: what the factor is fitted
         # to, apart from the stalls a loaded host adds at random (one 4-6 ms stall among three 80 µs calls puts the
         # mean-stall model's per-call GMAE above even a 100x too fast curve's, and says nothing of the factor)
-        scores["work_gmae"] = metrics.gmae(model.plain(test[["max_rank_bytes"]]) * factor(sizes[split.test]),
-                                           traced[split.test])
+        scores["work_gmae"] = metrics.gmae(plain[split.test] * factor(sizes[split.test]), traced[split.test])
         scores["plain_work_gmae"] = metrics.gmae(plain[split.test], traced[split.test])
     return ContextFit(model.collective, model.world_size, model, rows,
                       sorted(train["trace_set_id"].unique().astype(int).tolist()),

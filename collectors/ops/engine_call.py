@@ -13,11 +13,12 @@ thread's torch threads. :class:`EngineCallCost` re-measures it while a sweep run
 12-48 µs loaded), and the sweep stores it with every CPU backward row (``op_measurements.engine_call_us``)."""
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Callable
 
 import torch
+
+from collectors.ops.timer import TimerSettings, time_cpu
 
 CHAIN = 32           # relus in the chain whose slope is the per-node cost
 REPS = 150           # timed calls of the isolated backward (the chains: a third of it, at least 5)
@@ -26,15 +27,9 @@ ELEMENTS = 4         # a tensor this small: the node's own work is a few hundred
 
 
 def median_us(fn: Callable[[], object], reps: int, warmup: int = 3) -> float:
-    """Median wall time of ``reps`` calls of ``fn`` after ``warmup`` untimed ones (µs)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter_ns()
-        fn()
-        times.append((time.perf_counter_ns() - start) / 1e3)
-    return float(statistics.median(times))
+    """Median wall time of exactly ``reps`` calls of ``fn`` after ``warmup`` untimed ones (µs), timed as the sweep
+    times a warm row (:func:`collectors.ops.timer.time_cpu`)."""
+    return time_cpu(fn, TimerSettings(warmup=warmup, min_reps=reps, max_reps=reps, min_time_us=0.0)).median_us
 
 
 def measure_engine_call_us(reps: int = REPS, elements: int = ELEMENTS, chain: int = CHAIN,

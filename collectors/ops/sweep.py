@@ -273,6 +273,8 @@ class Sweep:
         needs_cold = self.device.type == "cpu" and "cold" in CACHES[options.cache]
         # the autograd engine's own cost of a backward call, stored beside each CPU backward row
         self.engine = EngineCallCost() if self.device.type == "cpu" else None
+        if self.engine is not None:
+            self.summary.engine_call_us = self.engine.measured   # the same list: each figure as it is taken
         llc_bytes = platforms.cache_sizes().get("llc_bytes")
         self.flusher = CacheFlusher(options.settings.flush_bytes, llc_bytes) if needs_cold else None
 
@@ -366,7 +368,6 @@ class Sweep:
         more columns of the row (a CUDA row's device_timing, single_call_us, back_to_back_us)."""
         if self.engine is not None and pass_ == "bwd" and built.engine_bwd:
             extra = {**(extra or {}), "engine_call_us": self.engine.current()}
-            self.summary.engine_call_us = self.engine.measured
         with self._unbounded():
             self.writer.add({**self._base_row(item, pass_, cache, built.params), "median_us": timing.median_us,
                              "mean_us": timing.mean_us, "std_us": timing.std_us, "min_us": timing.min_us,

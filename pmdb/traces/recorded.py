@@ -7,9 +7,13 @@ import pandas as pd
 from pmdb.store import Store
 
 
-def _value(store: Store, sql: str, params: list) -> float | None:
-    value = store.scalar(sql, params)
+def _number(value: object) -> float | None:
+    """A stored number as float; None for NULL / NaN."""
     return None if value is None or pd.isna(value) else float(value)
+
+
+def _value(store: Store, sql: str, params: list) -> float | None:
+    return _number(store.scalar(sql, params))
 
 
 def recorded_threads(store: Store, trace_set_id: int, info: dict | None = None) -> int | None:
@@ -17,8 +21,7 @@ def recorded_threads(store: Store, trace_set_id: int, info: dict | None = None) 
     of the latest completed workload run of its workload on its platform (captured traces); None when unknown.
     ``info``: the set's row when already read (:func:`pmdb.traces.set_rows.trace_set_info`), saving a query."""
     if info is not None and "threads" in info:
-        value = info["threads"]
-        stored = None if value is None or pd.isna(value) else float(value)
+        stored = _number(info["threads"])
     else:
         stored = _value(store, "SELECT threads FROM trace_sets WHERE trace_set_id = ?", [int(trace_set_id)])
     if stored is not None:
