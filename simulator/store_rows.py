@@ -127,14 +127,16 @@ def store_derived_trace_set(store: Store, run_id: str, *, parent: int, platform:
 
 
 def trace_set_for_run(store: Store, workload_run_id: str) -> int:
-    """The latest completed trace set recorded for the workload of a workload run (same workload id). Derived trace
-    sets (made by the sharding study from a recorded one) have no workload run of their own and are never picked."""
+    """The trace set a workload run recorded itself (same run id), else the latest completed trace set recorded for
+    its workload (same workload id). Runs of one workload id can differ in what the id leaves out (a random
+    sharder's seed picks another plan), so a run's own traces come first. Derived trace sets (made by the sharding
+    study from a recorded one) have no workload run of their own and are never picked."""
     run = store.query("SELECT workload_id, platform FROM v_workload_runs WHERE run_id = ?", [workload_run_id])
     if run.empty:
         raise PmdbError(f"no completed workload run {workload_run_id!r} (`pmdb runs --kind workload` lists them)")
     found = store.scalar("SELECT trace_set_id FROM v_trace_sets WHERE workload_id = ? AND source <> 'derived' "
-                         "ORDER BY (platform = ?) DESC, created_at DESC, trace_set_id DESC LIMIT 1",
-                         [int(run.iloc[0]["workload_id"]), run.iloc[0]["platform"]])
+                         "ORDER BY (run_id = ?) DESC, (platform = ?) DESC, created_at DESC, trace_set_id DESC "
+                         "LIMIT 1", [int(run.iloc[0]["workload_id"]), workload_run_id, run.iloc[0]["platform"]])
     if found is None:
         raise PmdbError(f"workload run {workload_run_id} has no captured trace set to predict from "
                         f"(workload {int(run.iloc[0]['workload_id'])})")
@@ -147,9 +149,10 @@ def ground_truth(store: Store, trace_set_id: int, target_platform: str, mode: st
     """(workload run id, measured µs) a prediction is judged against.
 
     Replay reproduces the traced execution, so it is judged against the trace's own median iteration time.
-    Model mode is judged against a measured workload run (the given one, else the latest run of the trace set's
-    workload on the target platform), falling back to the trace's own time when there is none. ``info``: the trace
-    set's row, when already read (:func:`pmdb.traces.set_rows.trace_set_info`).
+    Model mode is judged against a measured workload run (the given one, else the run that recorded the trace set
+    when it was measured on the target platform, else the latest run of the trace set's workload there), falling
+    back to the trace's own time when there is none. ``info``: the trace set's row, when already read
+    (:func:`pmdb.traces.set_rows.trace_set_info`).
     """
     info = trace_set_info(store, trace_set_id) if info is None else info
     own = None if pd.isna(info.get("measured_us")) else float(info["measured_us"])
@@ -161,8 +164,8 @@ def ground_truth(store: Store, trace_set_id: int, target_platform: str, mode: st
     if info.get("workload_id") is not None and not pd.isna(info.get("workload_id")):
         row = store.conn.execute(
             "SELECT run_id, measured_us FROM v_workload_runs WHERE workload_id = ? AND platform = ? "
-            "AND measured_us IS NOT NULL ORDER BY finished_at DESC LIMIT 1",
-            [int(info["workload_id"]), target_platform]).fetchone()
+            "AND measured_us IS NOT NULL ORDER BY (run_id = ?) DESC, finished_at DESC LIMIT 1",
+            [int(info["workload_id"]), target_platform, str(info.get("run_id"))]).fetchone()
         if row is not None:
             return row[0], float(row[1])
     return None, own if info["platform"] == target_platform else None

@@ -13,10 +13,11 @@ CREATE OR REPLACE VIEW v_kernel_model_errors AS
 
 -- One row per prediction that has ground truth: the latest prediction of each (trace set, mode, model set,
 -- target platform, overhead version), with its workload's family and shape, its error and its baseline's error.
--- in_sample: a model version it used was trained on this trace set's own run or on the ground truth it is judged
--- against (an in-context collective term, `pmdb fit comms-context`, learns from workload traces and, with --target
--- step, from their measured times); such an error is not a held-out one, and the error tables (v_e2e_errors,
--- `pmdb errors`, the summary, the report) leave it out.
+-- in_sample: a model version it used was trained on this trace set's own run, on the ground truth it is judged
+-- against, or on another run of the same workload (the same shape and plan recorded again, e.g. calibration runs
+-- of a random sharder whose seeds drew one plan). An in-context collective term (`pmdb fit comms-context`) learns
+-- from workload traces and, with --target step, from their measured times. Such an error is not a held-out one,
+-- and the error tables (v_e2e_errors, `pmdb errors`, the summary, the report) leave it out.
 -- self_priced: a model-mode prediction more than half of whose work (self_priced_share, simulator.store_rows'
 -- SELF_PRICED_LIMIT) kept the traced time of the very trace it predicts: replay, not a model; left out the same way.
 CREATE OR REPLACE VIEW v_prediction_errors AS
@@ -40,7 +41,9 @@ CREATE OR REPLACE VIEW v_prediction_errors AS
            (p.mode = 'model' AND coalesce(p.self_priced_share, 0) > 0.5) AS self_priced,
            EXISTS (SELECT 1 FROM model_versions m
                    WHERE m.family = 'in_context'
-                     AND (list_contains(m.data_runs, t.run_id) OR list_contains(m.data_runs, p.workload_run_id))
+                     AND (list_contains(m.data_runs, t.run_id) OR list_contains(m.data_runs, p.workload_run_id)
+                          OR EXISTS (SELECT 1 FROM workload_runs d WHERE list_contains(m.data_runs, d.run_id)
+                                                                      AND d.workload_id = t.workload_id))
                      AND list_contains(string_split(p.model_set, ','), m.name || ':' || m.version)) AS in_sample
     FROM predictions p
     JOIN completed_runs r USING (run_id)

@@ -75,6 +75,35 @@ def test_prediction_rows_link_versions_and_ground_truth(store):
         trace_set_for_run(store, "nope")
 
 
+def test_runs_of_one_workload_id_keep_their_own_trace_sets_and_truths(store):
+    """Two runs of one workload id (a random sharder's seeds: other plans), each recording its own trace set: a run
+    is predicted from its own traces and a trace set judged against its own run, not the workload's latest."""
+    plat = platforms.ensure_named(store, "cpu-test", device_kind="cpu")
+    wid = store.insert_one("workloads", {"family": "dlrm", "name": "dlrm_t", "config": {"x": 2}, "config_hash": "seeds",
+                                         "batch_size": 64, "world_size": 2, "sharder": "random"},
+                           returning="workload_id")
+    sets, runs = [], []
+    for measured in (8400.0, 9400.0):   # the second run is the workload's latest
+        with store.run("workload", plat, {}) as run:
+            store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": plat,
+                                               "iterations": 5, "warmup": 1, "measured_us": measured})
+            sets.append(store.insert_one("trace_sets", {"run_id": run.run_id, "platform": plat, "label": "t",
+                                                        "workload_id": wid, "world_size": 2, "source": "captured",
+                                                        "measured_us": measured * 1.2}, returning="trace_set_id"))
+        runs.append(run.run_id)
+    assert [trace_set_for_run(store, r) for r in runs] == sets
+    assert [ground_truth(store, ts, plat, "model") for ts in sets] == [(runs[0], 8400.0), (runs[1], 9400.0)]
+    # an in-context term trained on the first run alone makes the second run's prediction in-sample too (the same
+    # workload recorded again), while a prediction that did not use the term stays held out
+    store.insert_one("model_versions", {"name": "ctx", "version": 1, "mlflow_run_id": "m", "platform": plat,
+                                        "op": "all_to_all", "family": "in_context", "world_size": 2,
+                                        "data_runs": [runs[0]]})
+    for ts, run_id, models in ((sets[1], runs[1], [("ctx", 1)]), (sets[1], runs[1], [("plain", 1)])):
+        _predict(store, plat, ts, run_id, 9000.0, 9400.0, models)
+    flags = store.query("SELECT model_set, in_sample FROM v_prediction_errors ORDER BY model_set")
+    assert flags.values.tolist() == [["ctx:1", True], ["plain:1", False]]
+
+
 def test_e2e_error_views_on_known_numbers(store):
     plat = platforms.ensure_named(store, "cpu-test", device_kind="cpu")
     measured = [1000.0, 2000.0, 4000.0]
