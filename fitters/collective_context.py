@@ -24,7 +24,8 @@ collectives of stored workload traces.
   typical log ratio in context / curve, ``b`` its slope over message size (0 unless the training rows hold at least
   MIN_SLOPE_SIZES sizes spanning MIN_SLOPE_OCTAVES octaves), sizes outside the trained range [lo, hi] priced at its
   edge. Robust least squares in ln(ratio) (soft-L1: one preempted collective counts linearly).
-* **Held out by trace set**: the sets are split (seeded, :func:`fitters.split.split_rows`); the version is fitted on
+* **Held out by trace set**: the sets are split (seeded, :func:`fitters.split.split_rows`; a workload's trace sets
+  together, :func:`held_out_groups`); the version is fitted on
   the training sets only and scored on the test sets, beside the plain curve's error on the same rows and the
   replicate GMAE (each traced instance against the median of its collective over the set's iterations: the noise
   floor no model of message size can beat). Scored against the in-context time plus the lag; the size term alone
@@ -195,8 +196,8 @@ def rank_work(graph: RankGraph, subtract_compute: bool) -> dict[int, tuple[float
     return out
 
 
-ROW_COLUMNS = ["trace_set_id", "run_id", "iteration", "index", "collective", "world_size", "max_rank_bytes",
-               "traced_us", "raw_us", "lag_us", "compute_subtracted"]
+ROW_COLUMNS = ["trace_set_id", "run_id", "workload_id", "iteration", "index", "collective", "world_size",
+               "max_rank_bytes", "traced_us", "raw_us", "lag_us", "compute_subtracted"]
 
 
 def end_lag(ops: list[Op]) -> float:
@@ -211,9 +212,10 @@ def end_lag(ops: list[Op]) -> float:
 
 
 def trace_sets(store: Store, platform: str, wanted: list[int] | None = None) -> pd.DataFrame:
-    """The platform's recorded multi-rank trace sets with Kineto timings (trace_set_id, run_id, world_size)."""
+    """The platform's recorded multi-rank trace sets with Kineto timings (trace_set_id, run_id, workload_id,
+    world_size)."""
     frame = store.query(
-        "SELECT s.trace_set_id, s.run_id, s.world_size FROM v_trace_sets s WHERE s.platform = ? AND s.world_size >= 2 "
+        "SELECT s.trace_set_id, s.run_id, s.workload_id, s.world_size FROM v_trace_sets s WHERE s.platform = ? AND s.world_size >= 2 "
         "AND s.source <> 'derived' AND EXISTS (SELECT 1 FROM v_traces t WHERE t.trace_set_id = s.trace_set_id "
         "AND t.kind = 'kineto') ORDER BY s.trace_set_id", [platform])
     if wanted is not None:
@@ -247,7 +249,9 @@ def traced_collectives(store: Store, platform: str, shares_core: SharesCore,
                     continue
                 best = min(works)
                 lag = end_lag([rg.ops[at[k]] for rg, at in zip(graph.ranks, indices)])
-                rows.append({"trace_set_id": int(ts.trace_set_id), "run_id": ts.run_id, "iteration": first.iteration,
+                rows.append({"trace_set_id": int(ts.trace_set_id), "run_id": ts.run_id,
+                             "workload_id": None if pd.isna(ts.workload_id) else int(ts.workload_id),
+                             "iteration": first.iteration,
                              "index": k, "collective": first.ops[i].collective, "world_size": len(graph.ranks),
                              "max_rank_bytes": float(max(sizes)), "traced_us": best[0], "raw_us": best[1],
                              "lag_us": lag, "compute_subtracted": subtract})
@@ -266,6 +270,15 @@ def replicate_gmae(rows: pd.DataFrame) -> float:
     if not keep.any():
         return float("nan")
     return metrics.gmae(rows.loc[keep, "traced_us"].to_numpy(), median[keep].to_numpy())
+
+
+def held_out_groups(rows: pd.DataFrame) -> pd.Series:
+    """What is held out together: a workload's trace sets (one shape and plan recorded several times is one case,
+    never on both sides of a split), else each trace set alone (no workload id: an imported one)."""
+    workload = rows["workload_id"] if "workload_id" in rows else pd.Series([None] * len(rows), index=rows.index)
+    sets = rows["trace_set_id"].astype(int).astype(str)
+    return pd.Series(np.where(workload.isna(), "t" + sets, "w" + workload.astype("Int64").astype(str)),
+                     index=rows.index)
 
 
 @dataclass
@@ -291,7 +304,7 @@ def fit_group(rows: pd.DataFrame, base: Model, base_version: str, seed: int = 0)
     rows["target_us"] = rows["traced_us"] + rows["lag_us"]   # what the model is scored on: min-over-ranks work + lag
     if rows.empty:
         raise PmdbError("no collective instance with a positive in-context time")
-    split = split_rows(rows["trace_set_id"], seed)
+    split = split_rows(held_out_groups(rows), seed)
     frame = rows[["max_rank_bytes"]]
     plain = np.asarray(base.predict(frame), dtype=float)
     traced = rows["traced_us"].to_numpy(dtype=float)
