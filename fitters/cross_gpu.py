@@ -8,12 +8,16 @@ For each row (µs, FLOP, bytes):
    whole reduction; row ops: one row per block; element-wise: 512 elements per 128-thread block), the tiles run in
    waves of (SMs x resident tiles per SM);
 2. the wave roofline: t_roof = waves x max(tile FLOP / (peak FP32 / SMs), tile bytes / (bandwidth / SMs)), never
-   below the whole-kernel roofline max(FLOP / peak, bytes / bandwidth);
+   below the whole-kernel roofline max(FLOP / peak, bytes / bandwidth); a GEMM's (and conv's) tiles are bound by
+   their FLOPs only (their operands come through L2, shared by the tiles of a row and a column; per-tile bytes at
+   DRAM bandwidth made every GEMM memory bound on a sheet with a high FP32/bandwidth ratio such as the L4's);
 3. a gradient-boosted regressor predicts ln(t / t_roof) = -ln(utilisation) from the op's sizes and GPU-relative
-   quantities only: tiles and waves, the wave fill, the rooflines in µs, the arithmetic intensity over the GPU's
-   ridge point, the bytes moved over its L2, tiles per SM, and the roofline over the kernel floor. The raw spec
-   figures are deliberately NOT features: with five GPUs to learn from, a tree would use them as a GPU's name and
-   price an unseen GPU like whichever training GPU its figures fall next to (leave-one-GPU-out error was higher);
+   quantities only: tiles and waves, the wave fill, the rooflines in µs, tiles per SM, the wave quantisation and the
+   roofline over the kernel floor; convolutions also the arithmetic intensity over the GPU's ridge point and the
+   bytes moved over its L2 (:data:`RATIO_FEATURE_OPS`). The raw spec figures, and for other ops those two sheet
+   ratios, are deliberately NOT features: with five GPUs to learn from, a tree uses them as a GPU's name and prices
+   an unseen GPU like whichever training GPU its figures fall next to (leave-one-GPU-out error was higher: softmax
+   17.6 -> 12.8 %, layer norm 15.0 -> 12.6 %, GEMM 19.3 -> 18.9 % mean without the ratios, 2026-11-28);
    the floor is the op's 1 % time quantile on each training GPU (since the tables' host floor is removed at import,
    :mod:`collectors.importers.launch_floor`, it is the bound 0.44 F the hidden small kernels sit at, F = 25-63 µs
    set by the table's host and driver, not by the sheet), and an unseen GPU gets the median of the training GPUs'
@@ -77,8 +81,19 @@ TRUSTED_TYPES = {"sklearn.ensemble._hist_gradient_boosting.predictor.TreePredict
 # leave-one-GPU-out GMAE on the development GPUs P4, P100, T4, V100) and fit 5x faster.
 HYPER = {"loss": "squared_error", "learning_rate": 0.08, "max_leaf_nodes": 15, "l2_regularization": 1.0,
          "max_iter": 300, "min_samples_leaf": 50}
-FEATURE_NAMES = ("ln_tiles", "ln_waves", "wave_fill", "ln_roof_us", "ln_kernel_roof_us", "ln_intensity_over_ridge",
-                 "ln_bytes_over_l2", "ln_tiles_per_sm", "ln_wave_quantisation", "ln_roof_over_floor")
+FEATURE_NAMES = ("ln_tiles", "ln_waves", "wave_fill", "ln_roof_us", "ln_kernel_roof_us", "ln_tiles_per_sm",
+                 "ln_wave_quantisation", "ln_roof_over_floor")
+# Features built on the sheet's FP32/bandwidth ratio and L2 size, kept for convolutions only (cuDNN's algorithm
+# follows the conv's intensity; leave-one-GPU-out conv 15.93 % with them, 17.94 % without): elsewhere they let the
+# trees tell the training GPUs apart and price an unseen GPU like the one nearest in ratio (softmax 17.57 -> 12.82 %,
+# layer norm 15.04 -> 12.56 % without them). Beyond the training GPUs' ratios (the L4's 104 FLOP/B) a tree holds
+# them at the edge of the range it saw.
+RATIO_FEATURE_NAMES = ("ln_intensity_over_ridge", "ln_bytes_over_l2")
+RATIO_FEATURE_OPS = CONV_OPS
+FEATURE_SET = 2             # 1: before 2026-11-28 (every op all ten features, GEMM tiles' bytes in the wave roof)
+LEGACY_FEATURE_NAMES = ("ln_tiles", "ln_waves", "wave_fill", "ln_roof_us", "ln_kernel_roof_us",
+                        "ln_intensity_over_ridge", "ln_bytes_over_l2", "ln_tiles_per_sm", "ln_wave_quantisation",
+                        "ln_roof_over_floor")
 FLOOR_QUANTILE = 0.01       # a GPU's floor for an op: this quantile of its latencies (µs)
 
 
@@ -110,8 +125,14 @@ def _spec_arrays(specs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return peak, bw, sms, l2
 
 
-def work_frame(op: str, pass_: str, dtype: str, params: pd.DataFrame, specs: pd.DataFrame) -> pd.DataFrame:
-    """Per-row work, tiles, waves and rooflines (µs) of ``op`` on the GPUs of ``specs`` (aligned rows)."""
+def work_frame(op: str, pass_: str, dtype: str, params: pd.DataFrame, specs: pd.DataFrame,
+               tile_bytes_bound: bool = False) -> pd.DataFrame:
+    """Per-row work, tiles, waves and rooflines (µs) of ``op`` on the GPUs of ``specs`` (aligned rows). A GEMM's (or
+    implicit-GEMM conv's) wave is bound by its tiles' FLOPs only: a tile's operands are read through L2 and shared by
+    the tiles of its row and column, so charging each tile its own bytes at DRAM bandwidth / SMs made a GPU with a
+    high FP32/bandwidth ratio (L4: 104 FLOP/B, every table GPU 12-30) look memory bound on every GEMM; the kernel's
+    own bytes (each operand once) still bound it through the kernel roofline. ``tile_bytes_bound`` restores the old
+    per-tile bytes bound (models saved with :data:`FEATURE_SET` 1)."""
     params = params.reset_index(drop=True).astype(float)
     flops, moved = opcost.work(op, pass_, params, dtype)
     it = float(opcost.ITEMSIZE.get(dtype, 4))
@@ -133,7 +154,9 @@ def work_frame(op: str, pass_: str, dtype: str, params: pd.DataFrame, specs: pd.
         resident = np.full(len(params), float(RESIDENT_BLOCKS))
     slots = sms * resident
     waves = np.ceil(np.maximum(tiles, 1) / slots)
-    per_sm = np.maximum(tile_flops * resident / (peak / sms), tile_bytes * resident / (bw / sms))
+    per_sm = tile_flops * resident / (peak / sms)
+    if tile_bytes_bound or not (op in gemm_shapes.GEMM_ALIASES or op in CONV_OPS):
+        per_sm = np.maximum(per_sm, tile_bytes * resident / (bw / sms))
     wave_roof = waves * per_sm * 1e6
     kernel_roof = np.maximum(flops / peak, moved / bw) * 1e6
     roof = np.maximum(np.maximum(wave_roof, kernel_roof), 1e-3)
@@ -143,20 +166,29 @@ def work_frame(op: str, pass_: str, dtype: str, params: pd.DataFrame, specs: pd.
 
 
 def _matrix(op: str, dtype: str, params: pd.DataFrame, specs: pd.DataFrame, param_names: tuple[str, ...],
-            floor_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(feature matrix, wave roofline µs) of each row (forward pass); ``floor_us`` is each row's GPU floor."""
+            floor_us: np.ndarray, feature_set: int = FEATURE_SET) -> tuple[np.ndarray, np.ndarray]:
+    """(feature matrix, wave roofline µs) of each row (forward pass); ``floor_us`` is each row's GPU floor,
+    ``feature_set`` 1 the features of models saved before :data:`FEATURE_SET` 2."""
     params, specs = params.reset_index(drop=True), specs.reset_index(drop=True)
-    work = work_frame(op, "fwd", dtype, params, specs)
+    legacy = feature_set < 2
+    work = work_frame(op, "fwd", dtype, params, specs, tile_bytes_bound=legacy)
     peak, bw, sms, l2 = _spec_arrays(specs)
     flops, moved = work["flops"].to_numpy(), work["bytes"].to_numpy()
     tiles, roof = work["tiles"].to_numpy(), work["roof_us"].to_numpy()
     kernel_roof = np.maximum(work["kernel_roof_us"].to_numpy(), 1e-3)
     intensity = flops / np.maximum(moved, 1.0)
+    over_ridge, over_l2 = np.log1p(intensity) - np.log(peak / bw), np.log1p(moved) - np.log(l2)
+    over_floor = np.log(roof) - np.log(np.maximum(np.asarray(floor_us, dtype=float), 1e-3))
     columns = [np.log(np.maximum(_col(params, p), 1e-9)) for p in param_names]
     columns += [np.log1p(tiles), np.log1p(work["waves"].to_numpy()), work["fill"].to_numpy(), np.log(roof),
-                np.log(kernel_roof), np.log1p(intensity) - np.log(peak / bw), np.log1p(moved) - np.log(l2),
-                np.log1p(tiles) - np.log(sms), np.log(roof) - np.log(kernel_roof),
-                np.log(roof) - np.log(np.maximum(np.asarray(floor_us, dtype=float), 1e-3))]
+                np.log(kernel_roof)]
+    if legacy:
+        columns += [over_ridge, over_l2, np.log1p(tiles) - np.log(sms), np.log(roof) - np.log(kernel_roof),
+                    over_floor]
+        return np.column_stack(columns), roof
+    columns += [np.log1p(tiles) - np.log(sms), np.log(roof) - np.log(kernel_roof), over_floor]
+    if op in RATIO_FEATURE_OPS:
+        columns += [over_ridge, over_l2]
     return np.column_stack(columns), roof
 
 
@@ -165,8 +197,11 @@ def floors_of(times_us: np.ndarray, gpu: np.ndarray) -> dict[str, float]:
     return {str(g): float(np.quantile(times_us[gpu == g], FLOOR_QUANTILE)) for g in sorted(set(gpu))}
 
 
-def _feature_names(param_names: tuple[str, ...]) -> list[str]:
-    return [f"ln_{p}" for p in param_names] + list(FEATURE_NAMES)
+def _feature_names(op: str, param_names: tuple[str, ...], feature_set: int = FEATURE_SET) -> list[str]:
+    if feature_set < 2:
+        return [f"ln_{p}" for p in param_names] + list(LEGACY_FEATURE_NAMES)
+    ratios = list(RATIO_FEATURE_NAMES) if op in RATIO_FEATURE_OPS else []
+    return [f"ln_{p}" for p in param_names] + list(FEATURE_NAMES) + ratios
 
 
 def _check_specs(specs: pd.DataFrame, what: str) -> None:
@@ -186,8 +221,10 @@ class CrossGpuModel(Model):
     def __init__(self, op: str, dtype: str, param_names: tuple[str, ...], estimator: HistGradientBoostingRegressor,
                  max_util: float, gpus: list[str], target: dict[str, Any] | None = None,
                  info: dict[str, Any] | None = None, constants: dict[str, float] | None = None,
-                 floors: dict[str, float] | None = None, row_limit: float | None = None):
+                 floors: dict[str, float] | None = None, row_limit: float | None = None,
+                 feature_set: int = FEATURE_SET):
         self.op, self.dtype, self.param_names = op, dtype, tuple(param_names)
+        self.feature_set = int(feature_set)   # 1: saved before the features of FEATURE_SET 2
         self.row_limit = float(row_limit) if row_limit else None   # GEMMs: the largest rows M trained on
         self.estimator, self.max_util, self.gpus = estimator, float(max_util), list(gpus)
         self.target, self.info, self.constants = target, info or {}, dict(constants or {})
@@ -208,7 +245,7 @@ class CrossGpuModel(Model):
         known = {k: (None if math.isnan(v) else v) for k, v in sheet.features().items()}   # JSON: no NaN
         target = {"platform": name, **known, "device": sheet.device, "floor_us": self.floor_of(name)}
         return CrossGpuModel(self.op, self.dtype, self.param_names, self.estimator, self.max_util, self.gpus,
-                             target, self.info, self.constants, self.floors, self.row_limit)
+                             target, self.info, self.constants, self.floors, self.row_limit, self.feature_set)
 
     def _floor(self, frame: pd.DataFrame) -> np.ndarray:
         """Each row's GPU floor: a ``floor_us`` column, else the bound GPU's, else the training median."""
@@ -245,7 +282,7 @@ class CrossGpuModel(Model):
             return np.zeros(0)
         params = feats.fold_rows(self.op, params, self.constants)
         params, chunks = self._chunked(params)
-        x, roof = _matrix(self.op, self.dtype, params, specs, self.param_names, floor)
+        x, roof = _matrix(self.op, self.dtype, params, specs, self.param_names, floor, self.feature_set)
         with threadpool_limits(1):
             log_slowdown = self.estimator.predict(x)
         utilisation = np.clip(np.exp(-log_slowdown), 1e-6, self.max_util)
@@ -267,8 +304,9 @@ class CrossGpuModel(Model):
         return {"op": self.op, "dtype": self.dtype, "params": list(self.param_names), "max_util": self.max_util,
                 "gpus": self.gpus, "target": self.target, "hyper": HYPER, "info": self.info,
                 "constants": self.constants, "floors": self.floors, "floor_us": self.floor_us,
-                "row_limit": self.row_limit,
-                "features": {"names": _feature_names(self.param_names), "target": "ln(t / wave roofline)",
+                "row_limit": self.row_limit, "feature_set": self.feature_set,
+                "features": {"names": _feature_names(self.op, self.param_names, self.feature_set),
+                             "target": "ln(t / wave roofline)",
                              "specs": list(REQUIRED_SPECS) + ["l2_bytes"], "op": self.op,
                              "constants": self.constants}}
 
@@ -284,7 +322,8 @@ class CrossGpuModel(Model):
                             f"{', '.join(sorted(untrusted - TRUSTED_TYPES))}")
         return cls(config["op"], config["dtype"], tuple(config["params"]), sio.load(path, trusted=sorted(untrusted)),
                    config["max_util"], config["gpus"], config.get("target"), config.get("info"),
-                   config.get("constants"), config.get("floors"), config.get("row_limit"))  # None: saved before
+                   config.get("constants"), config.get("floors"), config.get("row_limit"),  # None: saved before
+                   config.get("feature_set", 1))   # saved before feature set 2: set 1
 
 
 # ---- data and fitting ------------------------------------------------------------------------------------------
