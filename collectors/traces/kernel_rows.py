@@ -12,7 +12,10 @@ sum of those events' durations (device time, not their span), ``kernels`` = [{"n
 cache state 'device', source 'trace', ``trace_id`` / ``trace_op_id`` = the Kineto op. Shapes come from the op's
 Kineto ``Input Dims`` or its linked execution-trace node; an op with neither is not mined (a trace without shapes
 maps every elementwise op to a 1x1 tensor). Embedding lookups are not mined: their per-table statistics are not in
-a trace.
+a trace. An autograd node that maps to no model is replaced by its nested ops too, but one of them that maps to a
+forward op (the ``aten::mm`` computing dX or dW of an ``MmBackward0`` whose sizes were not recorded) is not mined:
+its time is a backward GEMM's, of another layout, and would pass for a forward call's (:data:`LAYOUT_OPS`; an
+element-wise op nested there runs the forward's kernel and is mined).
 
 Every requested set is checked and mined in memory first; the new rows of a platform are then written in ONE
 transaction of one 'mine-traces' run. An op already mined by a completed run is not mined again.
@@ -34,7 +37,7 @@ from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.traces.graph import Op
-from pmdb.traces.opmap import NO_WORK, Mapped, map_op
+from pmdb.traces.opmap import BACKWARD_PREFIX, NO_WORK, Mapped, map_op
 from pmdb.traces.set_rows import load_rank_frames, trace_set_info
 from pmdb.traces.units import RankUnits
 from pmdb.traces.vocabulary import common
@@ -45,6 +48,9 @@ NO_SHAPES = "no shapes (op not linked to the execution trace, no Kineto Input Di
 _DTYPES = {"float": "float32", "float32": "float32", "double": "float64", "float64": "float64", "half": "float16",
            "c10::half": "float16", "float16": "float16", "c10::bfloat16": "bfloat16", "bfloat16": "bfloat16"}
 _TENSOR_TYPE = re.compile(r"Tensor\(([^)]+)\)")
+# ops whose backward runs other kernels than their forward (GEMM layouts nn/nt instead of tn, weight-gradient
+# convolutions): one nested in an unmapped autograd node is not a forward call (an element-wise op there is)
+LAYOUT_OPS = ("fully_connected", "bmm", "conv1d", "conv2d")
 
 
 @dataclass
@@ -207,12 +213,17 @@ class _RankMiner:
                   op_id=unit, sub=units.sub_ops(unit))
         self.node(node, events)
 
-    def node(self, node: Op, events: list[tuple]) -> None:
-        """A row for ``node`` when it maps to a model, else its nested ops' rows (events: those launched inside)."""
+    def node(self, node: Op, events: list[tuple], backward: str | None = None) -> None:
+        """A row for ``node`` when it maps to a model, else its nested ops' rows (events: those launched inside;
+        ``backward``: the autograd node they run in, whose unmapped work must not pass for forward rows)."""
         if not events:
             return
         shaped = self.shaped(int(node.op_id))
         mapped = map_op(node) if shaped else None
+        if isinstance(mapped, Mapped) and mapped.pass_ == "fwd" and backward is not None and mapped.op in LAYOUT_OPS:
+            # e.g. the aten::mm calls of an MmBackward0 whose own sizes were not recorded: they compute dX and dW
+            self.out.skip(f"{mapped.op} fwd inside {backward} (a backward's work, not a forward call)", events)
+            return
         if isinstance(mapped, Mapped) and mapped.op != "embedding_lookup":
             params = _params(mapped)
             if params is None:
@@ -228,12 +239,14 @@ class _RankMiner:
             return
         if node.sub:
             left = list(events)
+            if backward is None and str(node.name).startswith(BACKWARD_PREFIX):
+                backward = str(node.name)[len(BACKWARD_PREFIX):]
             for child in node.sub:
                 inside = {int(child.op_id), *self.units.descendants(int(child.op_id))}
                 mine = [e for e in left if e[_OP] in inside]
                 if mine:
                     left = [e for e in left if e[_OP] not in inside]
-                    self.node(child, mine)
+                    self.node(child, mine, backward)
             self.out.skip(f"launched by {node.name} itself (no model for it)" if shaped else NO_SHAPES, left)
         elif not shaped:
             self.out.skip(NO_SHAPES, events)

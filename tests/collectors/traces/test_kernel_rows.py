@@ -243,6 +243,35 @@ def test_kineto_input_dims_give_rows_without_an_execution_trace(workspace, tmp_p
     assert row["config_key"] == hashlib.sha256(text.encode()).hexdigest()
 
 
+def test_gemms_inside_an_unmapped_backward_node_are_not_mined_as_forward_calls(workspace, tmp_path, capsys):
+    """An MmBackward0 without recorded sizes runs two aten::mm (dX, dW: other layouts than a forward): they are not
+    forward rows; an element-wise op nested there runs the forward's kernel and is mined; a top-level mm is."""
+    dims = {"Input Dims": [[4, 8], [8, 16]], "Input type": ["float", "float"]}
+    launch = [("aten::mm", 0, dims, "sgemm_tn", 30), ("autograd::engine::evaluate_function: MmBackward0", 200, {},
+                                                      None, 0),
+              ("aten::mm", 210, {"Input Dims": [[4, 16], [16, 8]], "Input type": ["float", "float"]}, "sgemm_nn", 25),
+              ("aten::mm", 260, {"Input Dims": [[8, 4], [4, 16]], "Input type": ["float", "float"]}, "sgemm_nt", 27),
+              ("aten::add_", 320, {"Input Dims": [[8, 16], [8, 16]], "Input type": ["float", "float"]}, "add_k", 3)]
+    events, corr = [], 0
+    for name, ts, args, kernel, us in launch:
+        events.append(_event("cpu_op", name, ts, 200 if "Backward" in name else 40, **args))
+        if kernel:
+            corr += 1
+            events += [_event("cuda_runtime", "cudaLaunchKernel", ts + 5, 5, correlation=corr),
+                       _event("kernel", kernel, 1000 + ts, us, pid=0, tid=7, correlation=corr, device=0, stream=7)]
+    path = tmp_path / "backward.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    assert _cli(workspace.home, "collect", "trace", "--kineto", str(path), "--platform", "g1") == 0
+    capsys.readouterr()
+    assert _cli(workspace.home, "collect", "mine-traces", "--trace-set", "1") == 0
+    out = capsys.readouterr().out
+    assert "fully_connected fwd inside MmBackward0" in out
+    with Store.open(workspace) as store:
+        rows = store.query("SELECT op, pass, median_us FROM v_op_measurements ORDER BY trace_op_id")
+    # neither backward GEMM (25, 27 µs) passes for a forward call
+    assert rows.values.tolist() == [["fully_connected", "fwd", 30.0], ["add_", "fwd", 3.0]]
+
+
 def test_a_run_that_fails_half_way_counts_for_nothing(workspace, tmp_path, monkeypatch):
     assert _cli(workspace.home, "collect", "trace", "--kineto", str(_gpu_trace(tmp_path)), "--platform", "g1") == 0
     real = kernel_rows.write_atomic
