@@ -120,12 +120,13 @@ def shared_data() -> Path:
 
 
 @pytest.fixture
-def gpu_trace(store, shared_data):
-    """``gpu_trace(name, platform, et=True)``: :func:`harness.ingest_gpu_trace` into the test's store."""
+def gpu_trace(store, shared_data, tmp_path_factory):
+    """``gpu_trace(name, platform, et=True)``: :func:`harness.ingest_gpu_trace` into the test's store (the files
+    parsed once per test run)."""
     from harness import ingest_gpu_trace
 
     def load(name: str, platform: str, *, et: bool = True) -> int:
-        return ingest_gpu_trace(store, name, platform, et=et)
+        return ingest_gpu_trace(store, name, platform, et=et, tmp_path_factory=tmp_path_factory)
     return load
 
 

@@ -12,7 +12,8 @@ import pytest
 from pmdb.config import Workspace
 from pmdb.store import Store
 
-from .conftest import Child, last_line, query, quick_sweep_args, run_pmdb
+from harness import in_process
+from .conftest import Child, last_line, query, quick_sweep_args
 
 # Any file may grow to 110 kB: the store file is already larger (no checkpoint fits) and the WAL fills up after
 # a batch or two of rows.
@@ -41,7 +42,7 @@ def test_disk_full_fails_the_run_keeps_committed_rows_and_resume_loses_none(home
     assert query(home, "SELECT count(*) FROM v_op_measurements")[0][0] == 0  # a failed run counts nothing
 
     started = time.monotonic()
-    again = run_pmdb(home, *quick_sweep_args(home)[2:], "--no-progress")
+    again = in_process(home, *quick_sweep_args(home)[2:], "--no-progress")   # the re-run: in this process
     record_property("recover_s", round(time.monotonic() - started, 1))  # the re-run that resumes the sweep
     assert again.returncode == 0, again.stderr
     (new_id, summary), = query(home, "SELECT run_id, summary FROM collection_runs WHERE status = 'completed'")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Child, query, run_pmdb
+from harness import in_process
+from .conftest import Child, query
 
 
 def _kineto(path: Path) -> Path:
@@ -54,6 +55,6 @@ def test_disk_full_during_collect_trace_is_one_line_and_keeps_nothing(home, tmp_
         assert query(home, f"SELECT count(*) FROM {table}") == [(0,)], table
     assert not [p for p in (home / "artifacts" / "traces").glob("*") if ".tmp" in p.name]
 
-    again = run_pmdb(home, "collect", "trace", "--kineto", str(trace), "--platform", "elsewhere")
+    again = in_process(home, "collect", "trace", "--kineto", str(trace), "--platform", "elsewhere")  # here: the re-run
     assert again.returncode == 0, again.stderr
     assert query(home, "SELECT count(*), min(measured_us) > 0 FROM v_trace_sets") == [(1, True)]

@@ -8,12 +8,15 @@ import time
 
 import pytest
 
-from .conftest import Child, last_line, query, quick_sweep_args, run_pmdb
+from harness import in_process
+from .conftest import Child, last_line, query, quick_sweep_args
 
 
 def _resume_adopts(home, interrupted_id: str, kept: int, record_property) -> None:
+    """The re-run, in this process (:func:`harness.in_process`): the signal went to the child, a re-run is any later
+    pmdb; a process of its own would add a start (torch imported, ~2 s of CPU) and test nothing more."""
     started = time.monotonic()
-    again = run_pmdb(home, *quick_sweep_args(home)[2:], "--no-progress")
+    again = in_process(home, *quick_sweep_args(home)[2:], "--no-progress")
     record_property("recover_s", round(time.monotonic() - started, 1))  # the re-run that resumes the sweep
     assert again.returncode == 0, again.stderr
     (summary,), = query(home, "SELECT summary FROM collection_runs WHERE status = 'completed'")
@@ -55,10 +58,10 @@ def test_kill_9_shows_interrupted_to_readers_and_rerun_resumes(home, record_prop
     child.finish()
     (run_id, status), = query(home, "SELECT run_id, status FROM collection_runs WHERE kind = 'ops'")
     assert status == "running"  # as the killed process left it
-    runs = run_pmdb(home, "runs", "--format", "json")  # a reader: may not write, still tells the truth
+    runs = in_process(home, "runs", "--format", "json")  # a reader: may not write, still tells the truth
     assert runs.returncode == 0, runs.stderr
     assert [r["status"] for r in json.loads(runs.stdout)] == ["interrupted"]
-    shown = run_pmdb(home, "sql", "SELECT status FROM collection_runs", "--format", "csv")
+    shown = in_process(home, "sql", "SELECT status FROM collection_runs", "--format", "csv")
     assert shown.stdout.split() == ["status", "interrupted"]
     kept = query(home, "SELECT count(*) FROM op_measurements WHERE run_id = ?", [run_id])[0][0]
     _resume_adopts(home, run_id, kept, record_property)

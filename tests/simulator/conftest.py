@@ -16,7 +16,6 @@ for _folder in (HERE, HERE.parent):  # sim_store; the recording helper, which sp
 import recording  # noqa: E402
 from sim_store import cpu_ranks, ingest  # noqa: E402
 
-from collectors.traces.ingest import RankTraces  # noqa: E402
 from pmdb import platform as platforms  # noqa: E402
 from pmdb.config import Workspace  # noqa: E402
 from pmdb.store import Store  # noqa: E402
@@ -72,13 +71,15 @@ def cpu_trace_set(tmp_path, cpu_trace_workspace) -> Iterator[tuple[Store, int, s
 
 @pytest.fixture(scope="module")
 def gpu_linear(tmp_path_factory) -> tuple[Workspace, int]:
-    """The shared param_linear GPU trace (40 iterations, ET of one) in a workspace of its own."""
+    """The shared param_linear GPU trace (40 iterations, ET of one) in a workspace of its own (the files parsed
+    once per test run, :func:`harness.parsed_gpu_trace`)."""
+    from harness import parsed_gpu_trace
+
     folder = SHARED_GPU / "param_linear"
     if not folder.is_dir():
         pytest.skip(f"shared GPU traces not present at {SHARED_GPU}")
     ws = Workspace(tmp_path_factory.mktemp("gpu_ws") / "ws")
     with Store.open(ws, create=True) as store:
         platform = platforms.ensure_named(store, "gpu-rtx2080ti", device_kind="cuda")
-        ts = ingest(store, platform, [RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz")],
-                    "param_linear", "imported")
+        ts = ingest(store, platform, parsed_gpu_trace(tmp_path_factory, "param_linear"), "param_linear", "imported")
     return ws, ts

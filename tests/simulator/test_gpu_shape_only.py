@@ -23,7 +23,10 @@ def _slice(source, target, rows: int) -> None:
 
 
 @pytest.fixture
-def captured(workspace, shared_data, tmp_path):
+def captured(fit_workspace, shared_data, tmp_path):
+    """The V100 sheet, a gelu table slice and its roofline fitted (into a copy of the run's empty MLflow store), and
+    a tiny BERT captured shape-only."""
+    workspace = fit_workspace
     kernels = shared_data / "gpu_kernels" / "neusight"
     if not (kernels / "Tesla_V100-PCIE-32GB").is_dir():
         pytest.skip(f"{kernels} not present")

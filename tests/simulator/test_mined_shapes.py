@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from collectors.traces.ingest import RankTraces, ingest_trace_set
+from collectors.traces.ingest import ingest_trace_set
 from collectors.traces.kernel_rows import mine_traces, shape_key
-from harness import copy_workspace
+from harness import copy_workspace, parsed_gpu_trace
 from pmdb import platform as platforms
 from pmdb.cli.main import main
 from pmdb.config import Workspace
@@ -48,7 +48,7 @@ def mined(_built, shared_data, tmp_path_factory) -> tuple[Workspace, int]:
         with Store.open(ws, create=True) as store:
             platforms.ensure_named(store, GPU, device_kind="cuda")
             with store.run("trace", GPU, {}) as run:
-                ranks = [RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz")]
+                ranks = parsed_gpu_trace(tmp_path_factory, "param_linear")   # parsed once per test run
                 trace_set = ingest_trace_set(store, run.run_id, GPU, ranks, label="param_linear", source="imported")
             mine_traces(store, [trace_set])
         _built["ws"] = (ws, trace_set)

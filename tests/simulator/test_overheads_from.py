@@ -24,10 +24,10 @@ def lent_template(tmp_path_factory) -> tuple[Workspace, int]:
     Read only: tests copy it."""
     ws = Workspace(tmp_path_factory.mktemp("lent") / "ws")
     with Store.open(ws, create=True) as store:
-        ingest_gpu_trace(store, "param_resnet", "gpu-lender")
+        ingest_gpu_trace(store, "param_resnet", "gpu-lender", tmp_path_factory=tmp_path_factory)
         with store.run("overheads", "gpu-lender", {}) as run:
             fit_overheads(store, run.run_id, "gpu-lender")
-        trace_set = ingest_gpu_trace(store, "param_linear", "gpu-borrower")
+        trace_set = ingest_gpu_trace(store, "param_linear", "gpu-borrower", tmp_path_factory=tmp_path_factory)
     return ws, trace_set
 
 

@@ -11,7 +11,6 @@ from typing import Any, Iterator
 import pytest
 from sim_store import ingest
 
-from collectors.traces.ingest import RankTraces
 from pmdb import platform as platforms
 from pmdb.cli.main import main
 from pmdb.config import Workspace
@@ -25,15 +24,16 @@ SHARED_GPU = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces" 
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory, empty_workspace) -> tuple[Workspace, int, int]:
-    """(workspace, param_linear's set on 'rtx', hta_simple_add's set on 'a100-hta'), Kineto only, imported once."""
-    from harness import copy_workspace
+    """(workspace, param_linear's set on 'rtx', hta_simple_add's set on 'a100-hta'), Kineto only, imported once
+    (param_linear's file parsed once per test run, :func:`harness.parsed_gpu_trace`)."""
+    from harness import copy_workspace, parsed_gpu_trace
 
     if not SHARED_GPU.is_dir():
         pytest.skip(f"shared GPU traces not present at {SHARED_GPU}")
     ws = Workspace(copy_workspace(empty_workspace.home, tmp_path_factory.mktemp("request") / "ws"))
     with Store.open(ws) as store:
         ids = [ingest(store, platforms.ensure_named(store, platform, device_kind="cuda"),
-                      [RankTraces(0, SHARED_GPU / name / "kineto.json.gz", None)], name, "imported")
+                      parsed_gpu_trace(tmp_path_factory, name, et=False), name, "imported")
                for name, platform in (("param_linear", "rtx"), ("hta_simple_add", "a100-hta"))]
     return ws, ids[0], ids[1]
 

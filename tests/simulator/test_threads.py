@@ -2,6 +2,8 @@
 warning line (stderr and Prediction.warnings); matching thread counts and replay mode stay silent."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from fitters.registry import Registry, VersionRecord
@@ -26,7 +28,7 @@ def _measured_with(store, platform: str, threads: int) -> str:
     return run.run_id
 
 
-def _setup(store, cpu_trace_files, model_threads_: int, run_threads_: int) -> tuple[int, str, str]:
+def _setup(store, cpu_trace_files, mlflow_template, model_threads_: int, run_threads_: int) -> tuple[int, str, str]:
     from sim_store import cpu_ranks, ingest
 
     platform = platforms.resolve(store, None)
@@ -39,6 +41,7 @@ def _setup(store, cpu_trace_files, model_threads_: int, run_threads_: int) -> tu
                                            "iterations": 10, "warmup": 2, "threads": run_threads_,
                                            "measured_us": 12345.0})
     ts = ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured", workload_id=wid)
+    shutil.copy(mlflow_template.mlflow_db, store.workspace.mlflow_db)   # an empty MLflow store, made once per run
     registry = Registry(store.workspace)
     name = f"pmdb.{platform}.fully_connected.fwd.cold"
     record = VersionRecord(name=name, platform=platform, op="fully_connected", family="roofline", pass_="fwd",
@@ -50,8 +53,8 @@ def _setup(store, cpu_trace_files, model_threads_: int, run_threads_: int) -> tu
     return ts, run.run_id, f"{name}:{version}"
 
 
-def test_models_of_another_thread_count_warn_once(store, cpu_trace_files, capsys):
-    ts, truth, model = _setup(store, cpu_trace_files, model_threads_=4, run_threads_=1)
+def test_models_of_another_thread_count_warn_once(store, cpu_trace_files, mlflow_template, capsys):
+    ts, truth, model = _setup(store, cpu_trace_files, mlflow_template, model_threads_=4, run_threads_=1)
     name, version = model.rsplit(":", 1)
     assert model_threads(store, [(name, int(version))]) == {4: [model]}
     capsys.readouterr()
@@ -93,8 +96,8 @@ def test_comm_shares_core_when_the_ranks_leave_no_core_to_spare(store):
     assert not comm_shares_core(platforms.find(store, "nowhere"), 2, 1)
 
 
-def test_prediction_records_shared_cores(store, cpu_trace_files):
-    ts, truth, _ = _setup(store, cpu_trace_files, model_threads_=1, run_threads_=1)
+def test_prediction_records_shared_cores(store, cpu_trace_files, mlflow_template):
+    ts, truth, _ = _setup(store, cpu_trace_files, mlflow_template, model_threads_=1, run_threads_=1)
     platform = platforms.resolve(store, None)
     results = {}
     for cores in (2, 64):

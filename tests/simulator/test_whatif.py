@@ -47,9 +47,12 @@ def _register_roofline(store: Store, platform: str, peaks: dict, pass_: str) -> 
 
 
 @pytest.fixture(scope="module")
-def mlp(tmp_path_factory, mlp_trace_files) -> tuple[Workspace, int, str]:
+def mlp(tmp_path_factory, mlp_trace_files, mlflow_template) -> tuple[Workspace, int, str]:
     """(workspace, trace set id, platform): the recorded MLP step with its workload row (batch 8, world 1, a
-    measured run), this machine's peaks, overheads from the trace, and roofline GEMM models as champions."""
+    measured run), this machine's peaks, overheads from the trace, and roofline GEMM models as champions (its empty
+    MLflow store a copy of the run's template: its creation is tested in tests/faults)."""
+    import shutil
+
     root = tmp_path_factory.mktemp("whatif")
     paths = mlp_trace_files
     workspace = Workspace(root / "ws")
@@ -70,6 +73,7 @@ def mlp(tmp_path_factory, mlp_trace_files) -> tuple[Workspace, int, str]:
         with store.run("overheads", platform, {}) as run:
             fit_overheads(store, run.run_id, platform)
         peaks = platform_peaks(store, platform)
+        shutil.copy(mlflow_template.mlflow_db, workspace.mlflow_db)
         for pass_ in ("fwd", "bwd"):
             _register_roofline(store, platform, peaks, pass_)
     return workspace, ts, platform

@@ -26,8 +26,11 @@ SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 @pytest.fixture(scope="module")
-def captured(tmp_path_factory):
-    """(home args, workspace) with the tiny GPT-2 captured at batch 4 and a 4-GPU all_reduce model fitted."""
+def captured(tmp_path_factory, mlflow_template):
+    """(home args, workspace) with the tiny GPT-2 captured at batch 4 and a 4-GPU all_reduce model fitted (its empty
+    MLflow store a copy of the run's template)."""
+    import shutil
+
     shared_data = SHARED_DATA
     sheet = shared_data / "gpu_kernels" / "neusight" / "device_configs" / "NVIDIA_A100-SXM4-40GB.json"
     table = shared_data / "collectives" / "vtrain_a100_allreduce" / "AR_GPU4.csv"
@@ -41,6 +44,7 @@ def captured(tmp_path_factory):
     config = root / "tiny_gpt2.json"
     config.write_text(json.dumps(TINY_GPT2))
     assert main([*home, "init"]) == 0
+    shutil.copy(mlflow_template.mlflow_db, root / "ws" / "mlflow.db")
     assert main([*home, "platform-specs", str(sheet)]) == 0
     assert main([*home, "collect", "import-comms", str(table), "--format", "nccl-tests", "--platform", A100]) == 0
     assert main([*home, "fit", "--platform", A100, "--op", "all_reduce", "--no-progress"]) == 0
