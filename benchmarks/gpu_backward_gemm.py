@@ -19,7 +19,6 @@ batch B) come from the forward op's Kineto ``Input Dims`` where recorded (size: 
 """
 
 import argparse
-import gzip
 import json
 import os
 import re
@@ -32,6 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import pandas as pd  # noqa: E402
+
+from collectors.traces.et import parse_et  # noqa: E402
+from collectors.traces.files import read_trace_file  # noqa: E402
+from collectors.traces.kineto import parse_kineto  # noqa: E402
 from pmdb_commands import host_line  # noqa: E402
 OUT = ROOT / "benchmarks" / "results" / "gpu_backward_gemm.md"
 TRACES = {   # folder -> Kineto files (all ranks given are read)
@@ -144,102 +148,92 @@ def _split(fwd: tuple[int, int, int] | None, children: list[tuple[tuple[int, int
 
 
 def et_shapes(path: Path) -> dict[str, list]:
-    """Per forward GEMM op name, its Input Dims from an execution trace (schema 1.0.x ``input_shapes``, 1.1.x
-    ``inputs.shapes``) where every node of that name in it has the same shapes (a trace whose Kineto file has no
-    Input Dims: one iteration's ET sizes every call of that op); names with several shapes are left out."""
+    """Per forward GEMM op name, its input shapes from an execution trace (pmdb's ET parser,
+    :func:`collectors.traces.et.parse_et`) where every node of that name in it has the same shapes (a trace whose
+    Kineto file has no Input Dims: one iteration's ET sizes every call of that op); names with several shapes are
+    left out."""
     if not path.is_file():
         return {}
+    nodes = parse_et(read_trace_file(path).doc, str(path)).nodes
     found: dict[str, set[str]] = {}
-    for node in json.load(gzip.open(path) if path.suffix == ".gz" else path.open()).get("nodes", []):
-        if node.get("name") in FORWARD_OPS:
-            inputs = node.get("inputs")
-            shapes = node.get("input_shapes", inputs.get("shapes") if isinstance(inputs, dict) else None)
-            found.setdefault(node["name"], set()).add(json.dumps(shapes))
+    for name, shapes in zip(nodes["name"], nodes["input_shapes"]):
+        if name in FORWARD_OPS:
+            found.setdefault(name, set()).add(json.dumps(shapes))
     return {name: json.loads(next(iter(shapes))) for name, shapes in found.items() if len(shapes) == 1}
 
 
 def trace_calls(path: Path, label: str, et: dict[str, list] | None = None) -> tuple[str, list[Call]]:
-    """(GPU name, paired calls) of one Kineto file; ``et``: forward GEMM shapes by op name (:func:`et_shapes`) for
-    forward ops that carry no Input Dims."""
-    data = json.load(gzip.open(path) if path.suffix == ".gz" else path.open())
-    events = data.get("traceEvents", [])
-    devices = data.get("deviceProperties") or []
-    names = " ".join(str(e.get("name", "")) for e in events if e.get("cat") == "kernel")
+    """(GPU name, paired calls) of one Kineto file, read by pmdb's Kineto parser
+    (:func:`collectors.traces.kineto.parse_kineto`: CPU ops nested per thread, each device event owned by the
+    innermost CPU op around its launch); ``et``: forward GEMM shapes by op name (:func:`et_shapes`) for forward ops
+    that carry no Input Dims."""
+    trace = parse_kineto(read_trace_file(path).doc, str(path))
+    ops, kernels = trace.ops, trace.kernels
+    names = " ".join(kernels["name"].astype(str))
     arch = next((a for a, marks in (("sm90", ("sm90",)), ("sm80", ("sm80", "_80_", "ampere_"))) if any(
         m in names for m in marks)), None)
-    gpu = str(devices[0].get("name")) if devices else f"GPU not named{f' ({arch} kernels)' if arch else ''}"
-    # CPU ops and runtime launches per thread, nested by time: parent of each
-    items = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver",
-                                                                           "user_annotation")]
-    parent: dict[int, int | None] = {}
-    by_tid: dict = {}
-    for index, event in enumerate(items):
-        by_tid.setdefault((event.get("pid"), event.get("tid")), []).append(index)
-    for indices in by_tid.values():
-        indices.sort(key=lambda i: (float(items[i]["ts"]), -float(items[i].get("dur", 0))))
-        stack: list[int] = []
-        for i in indices:
-            start = float(items[i]["ts"])
-            while stack and float(items[stack[-1]]["ts"]) + float(items[stack[-1]].get("dur", 0)) <= start:
-                stack.pop()
-            parent[i] = stack[-1] if stack else None
-            stack.append(i)
-    launch = {items[i]["args"]["correlation"]: i for i in range(len(items))
-              if items[i].get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in items[i].get("args", {})}
-    gemm_us: dict[int, float] = {}        # op index -> GEMM kernel µs launched in its subtree
+    gpu = trace.gpu_names[0] if trace.gpu_names else f"GPU not named{f' ({arch} kernels)' if arch else ''}"
+    name_of = dict(zip(ops["op_id"].astype(int), ops["name"].astype(str)))
+    parent = {int(i): (None if pd.isna(p) else int(p)) for i, p in zip(ops["op_id"], ops["parent_id"])}
+    attrs = dict(zip(ops["op_id"].astype(int), ops["attrs"]))
+    dims_of = dict(zip(ops["op_id"].astype(int), ops["input_shapes"]))
+    gemm_us: dict[int, float] = {}        # op id -> GEMM kernel µs launched in its subtree
     gemm_names: dict[int, list[str]] = {}
     gemm_kernels: dict[int, list[tuple[str, float]]] = {}
     gemm_ops: dict[int, set[int]] = {}    # backward node -> GEMM ops under it that launched GEMM kernels
-    for event in events:
-        if event.get("cat") != "kernel" or not _gemm_kernel(str(event.get("name", ""))):
+    for kernel, owner, dur in zip(kernels["name"].astype(str), kernels["op_id"], kernels["dur_us"].astype(float)):
+        if pd.isna(owner) or not _gemm_kernel(kernel):
             continue
-        at = launch.get(event.get("args", {}).get("correlation"))
-        if at is None:
-            continue
-        chain, node = [], parent.get(at)
+        chain, node = [], int(owner)
         while node is not None:
             chain.append(node)
             node = parent.get(node)
-        innermost_gemm = next((n for n in chain if items[n]["name"] in FORWARD_OPS), None)
+        innermost_gemm = next((n for n in chain if name_of[n] in FORWARD_OPS), None)
         for node in chain:
-            gemm_us[node] = gemm_us.get(node, 0.0) + float(event.get("dur", 0))
-            gemm_names.setdefault(node, []).append(str(event["name"]))
-            gemm_kernels.setdefault(node, []).append((str(event["name"]), float(event.get("dur", 0))))
-            if items[node]["name"].startswith(BACKWARD_PREFIX) and innermost_gemm is not None:
+            gemm_us[node] = gemm_us.get(node, 0.0) + dur
+            gemm_names.setdefault(node, []).append(kernel)
+            gemm_kernels.setdefault(node, []).append((kernel, dur))
+            if name_of[node].startswith(BACKWARD_PREFIX) and innermost_gemm is not None:
                 gemm_ops.setdefault(node, set()).add(innermost_gemm)
 
     def in_backward(i: int) -> bool:
         node = parent.get(i)
         while node is not None:
-            if items[node]["name"].startswith(BACKWARD_PREFIX):
+            if name_of[node].startswith(BACKWARD_PREFIX):
                 return True
             node = parent.get(node)
         return False
 
+    def sequence(i: int):
+        found = attrs[i].get("sequence") if isinstance(attrs[i], dict) else None
+        return None if found is None else int(found)
+
+    def dims(i: int) -> list | None:
+        value = dims_of[i]
+        return value if isinstance(value, list) and value else None
+
     forward: dict[int, int] = {}   # sequence number -> forward GEMM op (unique ones only)
     dropped: set[int] = set()
-    for i, event in enumerate(items):
-        seq = event.get("args", {}).get("Sequence number")
-        if event["name"] in FORWARD_OPS and seq is not None and i in gemm_us and not in_backward(i):
+    for i in sorted(name_of):
+        seq = sequence(i)
+        if name_of[i] in FORWARD_OPS and seq is not None and i in gemm_us and not in_backward(i):
             if seq in forward:
                 dropped.add(seq)
             forward[seq] = i
     calls = []
-    for i, event in enumerate(items):
-        name = event["name"]
+    for i in sorted(name_of):
+        name = name_of[i]
         if not name.startswith(BACKWARD_PREFIX) or name[len(BACKWARD_PREFIX):] not in BACKWARD_NODES:
             continue
-        seq = event.get("args", {}).get("Sequence number")
+        seq = sequence(i)
         fwd = forward.get(seq)
         if fwd is None or seq in dropped or i not in gemm_us:
             continue
         kind = BACKWARD_NODES[name[len(BACKWARD_PREFIX):]]
-        fwd_dims = items[fwd].get("args", {}).get("Input Dims") or (et or {}).get(items[fwd]["name"])
-        children = [(_dims(items[c]["name"], items[c].get("args", {}).get("Input Dims")), gemm_us[c])
-                    for c in sorted(gemm_ops.get(i, ()))]
-        dx, dw = _split(_dims(items[fwd]["name"], fwd_dims), children)
-        calls.append(Call(label, kind, gemm_us[fwd], gemm_us[i], len(children),
-                          _shape(items[fwd]["name"], fwd_dims),
+        fwd_dims = dims(fwd) or (et or {}).get(name_of[fwd])
+        children = [(_dims(name_of[c], dims(c)), gemm_us[c]) for c in sorted(gemm_ops.get(i, ()))]
+        dx, dw = _split(_dims(name_of[fwd], fwd_dims), children)
+        calls.append(Call(label, kind, gemm_us[fwd], gemm_us[i], len(children), _shape(name_of[fwd], fwd_dims),
                           _layouts(gemm_names[fwd]), _layouts(gemm_names[i]), dx, dw, _by_layout(gemm_kernels[i]),
                           tuple(gemm_names[fwd])))
     return gpu, calls

@@ -48,7 +48,8 @@ def _tiny_trace(path) -> None:
         _kernel("volta_sgemm_64x64_tn", 40, 5), _kernel("volta_sgemm_64x64_nt", 30, 6),
     ]
     with gzip.open(path, "wt") as handle:
-        json.dump({"deviceProperties": [{"name": "Tesla V100-PCIE-32GB"}], "traceEvents": events}, handle)
+        json.dump({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Tesla V100-PCIE-32GB"}],
+                   "traceEvents": events}, handle)
 
 
 def test_pairs_a_call_and_splits_its_gradients(tmp_path):
