@@ -80,7 +80,8 @@ def tables(homes: list[Path], log: list[str]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("workspaces", type=Path, nargs="+", help="two or more demo workspaces of one host, oldest first")
+    parser.add_argument("workspaces", type=Path, nargs="+",
+                        help="two or more demo workspaces of one host, oldest first")
     parser.add_argument("--out", type=Path, help="write the tables to this Markdown file too")
     args = parser.parse_args()
     if len(args.workspaces) < 2:

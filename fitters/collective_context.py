@@ -25,7 +25,7 @@ collectives of stored workload traces.
   MIN_SLOPE_SIZES sizes spanning MIN_SLOPE_OCTAVES octaves), sizes outside the trained range [lo, hi] priced at its
   edge. Robust least squares in ln(ratio) (soft-L1: one preempted collective counts linearly).
 * **Held out by trace set**: the sets are split (seeded, :func:`fitters.split.split_rows`; a workload's trace sets
-  together, :func:`held_out_groups`); the version is fitted on
+  together, :func:`fitters.split.workload_groups`); the version is fitted on
   the training sets only and scored on the test sets, beside the plain curve's error on the same rows and the
   replicate GMAE (each traced instance against the median of its collective over the set's iterations: the noise
   floor no model of message size can beat). Scored against the in-context time plus the lag; the size term alone
@@ -215,9 +215,9 @@ def trace_sets(store: Store, platform: str, wanted: list[int] | None = None) -> 
     """The platform's recorded multi-rank trace sets with Kineto timings (trace_set_id, run_id, workload_id,
     world_size)."""
     frame = store.query(
-        "SELECT s.trace_set_id, s.run_id, s.workload_id, s.world_size FROM v_trace_sets s WHERE s.platform = ? AND s.world_size >= 2 "
-        "AND s.source <> 'derived' AND EXISTS (SELECT 1 FROM v_traces t WHERE t.trace_set_id = s.trace_set_id "
-        "AND t.kind = 'kineto') ORDER BY s.trace_set_id", [platform])
+        "SELECT s.trace_set_id, s.run_id, s.workload_id, s.world_size FROM v_trace_sets s WHERE s.platform = ? "
+        "AND s.world_size >= 2 AND s.source <> 'derived' AND EXISTS (SELECT 1 FROM v_traces t "
+        "WHERE t.trace_set_id = s.trace_set_id AND t.kind = 'kineto') ORDER BY s.trace_set_id", [platform])
     if wanted is not None:
         missing = sorted(set(wanted) - set(frame["trace_set_id"].astype(int)))
         if missing:
@@ -272,15 +272,6 @@ def replicate_gmae(rows: pd.DataFrame) -> float:
     return metrics.gmae(rows.loc[keep, "traced_us"].to_numpy(), median[keep].to_numpy())
 
 
-def held_out_groups(rows: pd.DataFrame) -> pd.Series:
-    """What is held out together: a workload's trace sets (one shape and plan recorded several times is one case,
-    never on both sides of a split), else each trace set alone (no workload id: an imported one)."""
-    workload = rows["workload_id"] if "workload_id" in rows else pd.Series([None] * len(rows), index=rows.index)
-    sets = rows["trace_set_id"].astype(int).astype(str)
-    return pd.Series(np.where(workload.isna(), "t" + sets, "w" + workload.astype("Int64").astype(str)),
-                     index=rows.index)
-
-
 @dataclass
 class ContextFit:
     """One fitted group: the model, its rows, which trace sets trained and tested it, and the test scores."""
@@ -296,7 +287,7 @@ class ContextFit:
 
 def fit_group(rows: pd.DataFrame, base: Model, base_version: str, seed: int = 0) -> ContextFit:
     """Fit one (collective, world size) group on the training trace sets and score the test sets."""
-    from fitters.split import split_rows
+    from fitters.split import split_rows, workload_groups
 
     rows = rows.reset_index(drop=True)
     positive = rows["traced_us"].to_numpy(dtype=float) > 0
@@ -304,7 +295,7 @@ def fit_group(rows: pd.DataFrame, base: Model, base_version: str, seed: int = 0)
     rows["target_us"] = rows["traced_us"] + rows["lag_us"]   # what the model is scored on: min-over-ranks work + lag
     if rows.empty:
         raise PmdbError("no collective instance with a positive in-context time")
-    split = split_rows(held_out_groups(rows), seed)
+    split = split_rows(workload_groups(rows["trace_set_id"], rows["workload_id"]), seed)
     frame = rows[["max_rank_bytes"]]
     plain = np.asarray(base.predict(frame), dtype=float)
     traced = rows["traced_us"].to_numpy(dtype=float)

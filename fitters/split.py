@@ -3,11 +3,13 @@
 Kernel ops: 80/20 over configurations (rows with the same ``config_key`` — the same op, pass and parameters measured
 by several runs — always land on the same side, so a configuration seen in training is never scored as unseen).
 Collectives: every fifth equal-split message size (sorted, counting from the fifth) and every random-split point are
-held out; the model trains on the remaining equal-split sizes.
+held out; the model trains on the remaining equal-split sizes. Fits on workload traces (the collectives' in-context
+term) split by :func:`workload_groups`: a workload's trace sets on one side.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -43,6 +45,15 @@ def split_rows(groups: pd.Series | np.ndarray, seed: int, test_fraction: float =
     test_keys = set(distinct[order[:n_test]])
     is_test = keys.isin(test_keys).to_numpy()
     return Split(np.flatnonzero(~is_test), np.flatnonzero(is_test))
+
+
+def workload_groups(trace_sets: Sequence[int], workloads: Sequence[int | None]) -> np.ndarray:
+    """:func:`split_rows` groups that hold a workload's trace sets out together (one shape and plan recorded several
+    times is one case, never on both sides): 'w<workload id>', or 't<trace set id>' for a set without a workload
+    (an imported one)."""
+    return np.array([f"t{int(t)}" if w is None or pd.isna(w) else f"w{int(w)}"
+                     for t, w in zip(trace_sets, workloads)],
+                    dtype=object)
 
 
 def split_collective(sizes: pd.Series | np.ndarray, split_kind: pd.Series | np.ndarray) -> Split:

@@ -12,7 +12,7 @@ judged against; so the factor is solved for on it, on runs recorded only for thi
 * **Solve**: ``k`` such that the geometric mean of predicted / measured over the training trace sets is 1, every
   collective of that world size priced ``k`` x its plain champion curve (bisection on ln k; the simulated step
   rises with k). The sets are split (seeded, :func:`fitters.split.split_rows`; one workload's sets on one side,
-  :func:`fitters.collective_context.held_out_groups`) when there are two or more: the held-out sets' step errors are
+  :func:`fitters.split.workload_groups`) when there are two or more: the held-out sets' step errors are
   the version's test scores (beside the plain curves' on the same steps).
 * **Stored** as the in-context versions of :mod:`fitters.collective_context` (family ``in_context``: factor ``k``,
   no slope, no stall), one per collective the calibration traces hold, each its name's champion; a prediction of a
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fitters.collective_context import FAMILY, Factor, InContextCollectiveModel, context_model_name, held_out_groups
-from fitters.split import split_rows
+from fitters.collective_context import FAMILY, Factor, InContextCollectiveModel, context_model_name
+from fitters.split import split_rows, workload_groups
 from pmdb import metrics
 from pmdb.errors import PmdbError
 from pmdb.store import Store
@@ -138,8 +138,8 @@ def calibrate(store: Store, workspace: Any, platform: str, trace_sets: list[int]
                 notes.append(f"ws{world_size}: no plain curve of {', '.join(traced) or 'its collectives'}: "
                              f"`pmdb collect comms`, then `pmdb fit --all`")
                 continue
-            split = split_rows(held_out_groups(pd.DataFrame({"trace_set_id": [c.trace_set_id for c in group],
-                                                             "workload_id": [c.workload_id for c in group]})), seed)
+            split = split_rows(workload_groups([c.trace_set_id for c in group], [c.workload_id for c in group]),
+                               seed)
             train = [group[i] for i in split.train]
             test = [group[i] for i in split.test]
             started = time.monotonic()

@@ -128,9 +128,10 @@ def store_derived_trace_set(store: Store, run_id: str, *, parent: int, platform:
 
 def trace_set_for_run(store: Store, workload_run_id: str) -> int:
     """The trace set a workload run recorded itself (same run id), else the latest completed trace set recorded for
-    its workload (same workload id). Runs of one workload id can differ in what the id leaves out (a random
-    sharder's seed picks another plan), so a run's own traces come first. Derived trace sets (made by the sharding
-    study from a recorded one) have no workload run of their own and are never picked."""
+    its workload (same workload id). Runs of one workload id are one shape and plan measured again (two seeds of
+    the random sharder may draw one plan), each with its own traces and truth, so a run's own traces come first.
+    Derived trace sets (made by the sharding study from a recorded one) have no workload run of their own and are
+    never picked."""
     run = store.query("SELECT workload_id, platform FROM v_workload_runs WHERE run_id = ?", [workload_run_id])
     if run.empty:
         raise PmdbError(f"no completed workload run {workload_run_id!r} (`pmdb runs --kind workload` lists them)")
