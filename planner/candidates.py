@@ -110,6 +110,11 @@ class Candidates:
     def take(self, index: np.ndarray) -> "Candidates":
         return replace(self, **{name: getattr(self, name)[index] for name in _INT_FIELDS})
 
+    @staticmethod
+    def concat(parts: list["Candidates"]) -> "Candidates":
+        """Candidates of one strategy, one after the other."""
+        return replace(parts[0], **{name: np.concatenate([getattr(p, name) for p in parts]) for name in _INT_FIELDS})
+
     def group(self, dim: str) -> tuple[np.ndarray, np.ndarray]:
         """(group size, GPUs of the group inside one NVLink domain) of a communication dimension."""
         if dim == "dp_t2":  # context parallelism: gradients are reduced over the data and sequence groups

@@ -29,19 +29,24 @@ Terms as Megatron-DeepSpeed runs them (framework ``megatron-deepspeed``):
   6 kernel overheads (see OPTIMIZER_STEP_BYTES);
 - mixed precision: GEMMs at the fp16 tensor-core peak, weights/gradients 2 B, optimizer state 12 B per parameter
   (planner/memory.py).
+
+Priced many times (a calibration fit): :func:`prepare` once what depends on neither the system nor a calibration,
+:func:`evaluate_prepared` under each; :func:`merge` joins several models' prepared candidates into one evaluation.
+The numbers are bit-for-bit those of :func:`evaluate`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from planner import strategies
 from planner.candidates import Candidates, Framework
-from planner.costs import Comm, Op
+from planner.costs import Op
 from planner.memory import StageParams, memory_per_gpu, optimizer_shards, stage_params
 from planner.model import Transformer
-from planner.network import collective_time
+from planner.stacked import Collectives, Stacked, collectives, concat_collectives, concat_stacked, stack
 from planner.system import DTYPE_BYTES, System
 from planner.timing import Parts, Timer, expand, add, pick, scale, total
 
@@ -67,21 +72,110 @@ class Evaluation:
     usage: dict[str, dict[str, int]]
 
 
-def evaluate(model: Transformer, system: System, c: Candidates, fw: Framework,
-             calibration: object | None = None) -> Evaluation:
-    """Evaluate candidates of one strategy (see module docstring)."""
+@dataclass
+class Prepared:
+    """Candidates of one strategy with what depends on neither the system nor a calibration: the map to unique
+    (t1, t2, mb, panels) keys, the layer's steps, each timed block stacked once (:mod:`planner.stacked`), the
+    parameters per stage and the memory per GPU (bytes). :func:`evaluate_prepared` prices it under any system
+    and calibration (a calibration fit: hundreds of times)."""
+
+    c: Candidates
+    fw: Framework
+    inv: np.ndarray
+    keys: int                                      # unique keys: the columns of the blocks' op arrays
+    layers: np.ndarray                             # layers per stage (float)
+    blocks: dict[str, Stacked]
+    params: StageParams
+    memory: dict[str, np.ndarray]
+    send_recv: Collectives                         # pipeline send/recv, both directions
+    grad: list[tuple[np.ndarray, str, Collectives]]  # (candidates, 'reduce' or 'gather', data-parallel collective)
+    emb_sync: Collectives | None                   # tied-embedding all-reduce (None: untied)
+    merged: bool = False                           # several models' candidates (:func:`merge`)
+
+
+def prepare(model: Transformer, c: Candidates, fw: Framework, *, reuse: bool = False) -> Prepared:
+    """The system- and calibration-free part of :func:`evaluate`; ``reuse``: to be priced many times (the
+    blocks' collectives are stacked too, :func:`planner.stacked.stack`)."""
     keys = np.stack([c.t1, c.t2, c.mb, c.panels], axis=1)
     _, first_index, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
     costs = strategies.build(model, c.take(first_index), fw)
+    on = (c, inv) if reuse else (None, None)
+    blocks = {"fwd": stack(costs.fwd, *on), "bwd": stack(costs.bwd, *on),
+              "selective": stack([s for s in costs.fwd if isinstance(s, Op) and s.attn_core], *on),
+              "emb": stack(costs.emb_fwd + costs.emb_bwd, *on), "head": stack(costs.head_fwd + costs.head_bwd, *on)}
+    params = stage_params(model, c, fw)
+    n, e = len(c), DTYPE_BYTES[fw.dtype]
+    send_recv = collectives(["p2p"], [expand(costs.p2p_bytes, inv, n)], [c.group("pp")], [2])
+    grad_bytes = e * params.most
+    dist = c.dist_opt > 0
+    grad = [(mask, target, collectives([kind], [grad_bytes[mask]], [c.take(mask).group("dp_t2")]))
+            for mask, kind, target in ((~dist, "all_reduce", "reduce"), (dist, "reduce_scatter", "reduce"),
+                                       (dist, "all_gather", "gather")) if mask.any()]
+    emb_sync = None
+    if model.tied_embeddings:   # between the first and the last stage: 2 GPUs, 1 or 2 of them in one domain
+        word = params.first - params.layer * (model.layers // c.pp) - (model.seq_len * model.hidden
+                                                                      if model.learned_positions else 0)
+        emb_sync = collectives(["all_reduce"], [e * word], [(np.full(n, 2), np.where(c.f_pp >= c.pp, 2, 1))],
+                               extras=False)
+    return Prepared(c, fw, inv, len(first_index), (model.layers // c.pp).astype(float), blocks, params,
+                    memory_per_gpu(model, c, fw, costs, inv, params), send_recv, grad, emb_sync)
+
+
+def merge(parts: list[Prepared]) -> Prepared | None:
+    """Prepared candidates of several models (each prepared with ``reuse``) as one, to be priced by one
+    :func:`evaluate_prepared` (candidates concatenated in order; usage counts summed), or None where they differ
+    in their steps, framework or strategy. Every price is a function of its own candidate's columns, so each
+    candidate's prices are those its own group gives. Only without calibrated GEMM or collective models (they
+    answer for each group's op arrays)."""
+    first = parts[0]
+    if any(p.fw != first.fw or p.c.strategy != first.c.strategy or _structure(p) != _structure(first)
+           for p in parts):
+        return None
+    if any(b.special and b.comms is None for p in parts for b in p.blocks.values()):
+        return None   # steps timed one by one (SUMMA panels; not prepared with reuse) read their own arrays
+    offsets = np.cumsum([0] + [p.keys for p in parts])
+    grad = [(np.concatenate([p.grad[i][0] for p in parts]), target,
+             concat_collectives([p.grad[i][2] for p in parts])) for i, (_, target, _) in enumerate(first.grad)]
+    return Prepared(
+        c=Candidates.concat([p.c for p in parts]),
+        fw=first.fw, inv=np.concatenate([p.inv + o for p, o in zip(parts, offsets)]), keys=int(offsets[-1]),
+        layers=np.concatenate([p.layers for p in parts]),
+        blocks={k: concat_stacked([p.blocks[k] for p in parts], [p.keys for p in parts]) for k in first.blocks},
+        params=StageParams(*(np.concatenate([getattr(p.params, f.name) for p in parts])
+                             for f in dataclasses.fields(StageParams))),
+        memory={k: np.concatenate([p.memory[k] for p in parts]) for k in first.memory},
+        send_recv=concat_collectives([p.send_recv for p in parts]), grad=grad,
+        emb_sync=None if first.emb_sync is None else concat_collectives([p.emb_sync for p in parts]),
+        merged=True)
+
+
+def _structure(p: Prepared) -> tuple:
+    """What must match for prepared candidates to merge: each block's steps (names, kinds) and whether its
+    collectives are stacked, the data-parallel collectives, the tied-embedding all-reduce."""
+    blocks = tuple((k, tuple((s.name, s.kind) for s in b.steps), b.comms is not None, b.gemm_at)
+                   for k, b in p.blocks.items())
+    return blocks, tuple((c.kinds[0], target) for _, target, c in p.grad), p.emb_sync is None
+
+
+def evaluate(model: Transformer, system: System, c: Candidates, fw: Framework,
+             calibration: object | None = None) -> Evaluation:
+    """Evaluate candidates of one strategy (see module docstring)."""
+    return evaluate_prepared(prepare(model, c, fw), system, calibration)
+
+
+def evaluate_prepared(prep: Prepared, system: System, calibration: object | None = None) -> Evaluation:
+    """:func:`evaluate` of prepared candidates (``memory`` is the prepared dict, shared between calls)."""
+    c, fw, inv, blocks, layers = prep.c, prep.fw, prep.inv, prep.blocks, prep.layers
     timer = Timer(system, fw, calibration)
+    if prep.merged and (timer.gemm_model is not None or timer.comm_model is not None):
+        raise ValueError("merged prepared candidates are priced without calibrated GEMM or collective models")
     n = len(c)
 
-    fwd = timer.block(costs.fwd, c, inv)
-    bwd = timer.block(costs.bwd, c, inv)
-    selective = timer.block([s for s in costs.fwd if isinstance(s, Op) and s.attn_core], c, inv)
+    fwd = timer.block(blocks["fwd"], c, inv)
+    bwd = timer.block(blocks["bwd"], c, inv)
+    selective = timer.block(blocks["selective"], c, inv)
     recompute = pick(c.recompute == 2, fwd, pick(c.recompute == 1, selective, {}))
-    layers = (model.layers // c.pp).astype(float)
     body = scale(add(fwd, bwd, recompute), layers)
     # fitted host costs (planner/fitting.py): layers/pp × layer_fixed + microbatch_fixed per micro-batch and stage
     fixed = (layers * float(getattr(calibration, "layer_fixed_s", 0.0))
@@ -89,23 +183,21 @@ def evaluate(model: Transformer, system: System, c: Candidates, fw: Framework,
     body = add(body, {"overhead": fixed})
     host_overlap = bool(getattr(calibration, "host_overlap", False))
     sharpness = float(getattr(calibration, "overlap_sharpness", 0.0)) or None
-    emb = timer.block(costs.emb_fwd + costs.emb_bwd, c, inv)
-    head = timer.block(costs.head_fwd + costs.head_bwd, c, inv)
-    p2p = timer.comm_time(Comm("stage_send_recv", "p2p", "pp_comm", 0.0, "pp", count=2), c,
-                          expand(costs.p2p_bytes, inv, n))
+    emb = timer.block(blocks["emb"], c, inv)
+    head = timer.block(blocks["head"], c, inv)
+    p2p = timer.collectives_time(prep.send_recv)[0]
     if fw.overlap_p2p:
         p2p = np.maximum(0.0, p2p - total(body))
     parts = _pipeline(body, emb, head, {"pp_comm": p2p}, c, host_overlap, sharpness)
 
-    params = stage_params(model, c, fw)
-    e = DTYPE_BYTES[fw.dtype]
-    parts["dp_comm"] = _data_parallel(timer, c, fw, e * params.most, total(fwd), total(bwd), layers)
-    parts["emb_sync"] = _embedding_sync(timer, model, c, params, e)
+    params = prep.params
+    parts["dp_comm"] = _data_parallel(timer, prep, total(fwd), total(bwd), layers)
+    parts["emb_sync"] = _embedding_sync(timer, prep)
     shard = params.most / optimizer_shards(c)
     parts["optimizer"] = (shard * OPTIMIZER_STEP_BYTES / timer.hbm_rate
                           + OPTIMIZER_KERNELS * system.op_overhead_us * 1e-6)
     parts = {k: np.broadcast_to(parts.get(k, 0.0), (n,)).astype(float) for k in BREAKDOWN_KEYS}
-    memory = memory_per_gpu(model, c, fw, costs, inv, params)
+    memory = prep.memory
     fits = memory["total"] <= system.hbm_bytes * system.efficiency["hbm_usable"]
     return Evaluation(total(parts), parts, memory, fits, timer.usage)
 
@@ -148,33 +240,23 @@ def _host_exposed(parts: Parts, sharpness: float | None = None) -> Parts:
     return {**parts, "overhead": np.maximum(0.0, soft - device)}
 
 
-def _data_parallel(timer: Timer, c: Candidates, fw: Framework, grad_bytes: np.ndarray, layer_fwd: np.ndarray,
-                   layer_bwd: np.ndarray, layers: np.ndarray) -> np.ndarray:
+def _data_parallel(timer: Timer, prep: Prepared, layer_fwd: np.ndarray, layer_bwd: np.ndarray, layers: np.ndarray
+                   ) -> np.ndarray:
     """Exposed seconds of the gradient all-reduce (or reduce-scatter + parameter all-gather)."""
     def exposed(seconds: np.ndarray, overlap_per_layer: np.ndarray) -> np.ndarray:
-        if not fw.overlap_dp:
+        if not prep.fw.overlap_dp:
             return seconds
         return np.maximum(seconds / layers, seconds - (layers - 1) * overlap_per_layer)
 
-    dist = c.dist_opt > 0
-    reduce, gather = np.zeros(len(c)), np.zeros(len(c))
-    for mask, kind in ((~dist, "all_reduce"), (dist, "reduce_scatter")):
-        if mask.any():
-            reduce[mask] = timer.comm_time(Comm("grad_reduce", kind, "dp_comm", 0.0, "dp_t2"), c.take(mask),
-                                           grad_bytes[mask])
-    if dist.any():
-        gather[dist] = timer.comm_time(Comm("param_all_gather", "all_gather", "dp_comm", 0.0, "dp_t2"), c.take(dist),
-                                       grad_bytes[dist])
+    reduce, gather = np.zeros(len(prep.c)), np.zeros(len(prep.c))
+    for mask, target, comm in prep.grad:   # all-reduce, reduce-scatter, all-gather: the order usage is counted in
+        (reduce if target == "reduce" else gather)[mask] = timer.collectives_time(comm)[0]
     return exposed(reduce, layer_bwd) + exposed(gather, layer_fwd)
 
 
-def _embedding_sync(timer: Timer, model: Transformer, c: Candidates, params: StageParams, e: int) -> np.ndarray:
+def _embedding_sync(timer: Timer, prep: Prepared) -> np.ndarray:
     """All-reduce of the tied word-embedding gradient between the first and the last stage (pp > 1)."""
-    if not model.tied_embeddings:
-        return np.zeros(len(c))
-    word = params.first - params.layer * (model.layers // c.pp) - (model.seq_len * model.hidden
-                                                                  if model.learned_positions else 0)
-    two = np.full(len(c), 2)
-    fast = np.where(c.f_pp >= c.pp, 2, 1)
-    time = collective_time("all_reduce", e * word, two, fast, timer.system, timer.comm_model, timer.usage)
-    return np.where(c.pp > 1, time, 0.0)
+    if prep.emb_sync is None:
+        return np.zeros(len(prep.c))
+    time = timer.collectives_time(prep.emb_sync)[0]
+    return np.where(prep.c.pp > 1, time, 0.0)

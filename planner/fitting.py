@@ -60,6 +60,7 @@ from planner.system import System
 
 if TYPE_CHECKING:
     from pmdb.store import Store
+    from planner.validate import PreparedRuns
 
 # name -> (initial value, lower bound, upper bound, unit)
 PARAMS: dict[str, tuple[float, float, float, str]] = {
@@ -181,10 +182,16 @@ def split_runs(runs: pd.DataFrame, seed: int, test_fraction: float = 0.2) -> tup
 
 
 def predict(runs: pd.DataFrame, base: System, fw: Framework, calibration: PlannerCalibration | None, *,
-            vocab: int, recompute: str = "full") -> np.ndarray:
-    """Predicted iteration seconds of each run with ``calibration`` applied (None: the system file's constants)."""
-    from planner.validate import validate
-    return validate(runs, base, fw, vocab=vocab, recompute=recompute, fitted=calibration).rows["predicted_s"].to_numpy()
+            vocab: int, recompute: str = "full", prepared: "PreparedRuns | None" = None) -> np.ndarray:
+    """Predicted iteration seconds of each run with ``calibration`` applied (None: the system file's constants);
+    ``prepared``: the runs already prepared (:func:`planner.validate.prepare_runs`), as a fit prices them again
+    and again."""
+    from planner.validate import prepare_runs
+    if prepared is None:
+        prepared = prepare_runs(runs, fw, vocab=vocab, recompute=recompute, domain=base.nvlink_domain)
+    if calibration is None:
+        return prepared.predict(base)
+    return prepared.predict(calibration.system(base), calibration)
 
 
 @dataclass
@@ -244,6 +251,8 @@ def fit(runs: pd.DataFrame, base: System, fw: Framework, *, vocab: int, seed: in
     folds); efficiencies carry their weak physical prior (:data:`PRIOR_WIDTH`)."""
     from scipy.optimize import least_squares
 
+    from planner.validate import prepare_runs
+
     if test is None:
         train, test = split_runs(runs, seed, test_fraction)
     else:
@@ -263,12 +272,15 @@ def fit(runs: pd.DataFrame, base: System, fw: Framework, *, vocab: int, seed: in
     prior_weight = 0.1 * np.sqrt(PRIOR_RUNS)   # one prior width counts like PRIOR_RUNS runs 10% off
     evaluations = 0
 
+    prepared = prepare_runs(train_runs, fw, vocab=vocab, recompute=recompute, domain=base.nvlink_domain)
+
     def residuals(x: np.ndarray) -> np.ndarray:
         nonlocal evaluations
         evaluations += 1
         values = x * scale
         cal = PlannerCalibration(dict(zip(names, values)))
-        data = np.log(predict(train_runs, base, fw, cal, vocab=vocab, recompute=recompute)) - measured
+        data = np.log(predict(train_runs, base, fw, cal, vocab=vocab, recompute=recompute,
+                              prepared=prepared)) - measured
         prior = [prior_weight * _log_ratio(names[i], values[i], centre) / width for i, centre, width in priors]
         return np.concatenate([data, prior])
 

@@ -8,14 +8,17 @@ forgets inside one domain), broadcast and reduce 1 (pipelined), point-to-point 1
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from planner.system import System
 
+if TYPE_CHECKING:
+    from planner.stacked import Collectives
+
 # kind -> (volume factor, ring steps) as functions of the group size n
-_RING = {
+RING = {
     "all_gather": (lambda n: (n - 1) / n, lambda n: n - 1),
     "reduce_scatter": (lambda n: (n - 1) / n, lambda n: n - 1),
     "all_reduce": (lambda n: 2 * (n - 1) / n, lambda n: 2 * (n - 1)),
@@ -33,7 +36,7 @@ def ring_time(kind: str, nbytes: np.ndarray, n: np.ndarray, fast: np.ndarray, sy
     """Seconds for one collective of ``nbytes`` (the full buffer) over n GPUs, f per NVLink domain."""
     n = np.asarray(n, dtype=float)
     fast = np.minimum(np.asarray(fast, dtype=float), n)
-    factor, steps = _RING[kind]
+    factor, steps = RING[kind]
     volume = factor(n) * nbytes
     eff = system.efficiency
     intra = system.nvlink_bw * eff["nvlink"]
@@ -46,6 +49,18 @@ def ring_time(kind: str, nbytes: np.ndarray, n: np.ndarray, fast: np.ndarray, sy
     latency = np.where(inside, system.nvlink_latency_us, system.network_latency_us) * 1e-6
     time = volume / bw + steps(n) * latency
     return np.where(n > 1, time, 0.0)
+
+
+def stacked_ring_time(c: "Collectives", system: System) -> np.ndarray:
+    """:func:`ring_time` of stacked collectives (rows) over candidates (columns), element by element the same
+    arithmetic; seconds."""
+    eff = system.efficiency
+    intra = system.nvlink_bw * eff["nvlink"]
+    inter = np.where(c.p2p, system.nic_bw * eff["network"], c.fast * system.nic_bw * eff["network"])
+    bw = np.where(c.inside, intra, np.minimum(intra, inter))
+    latency = np.where(c.inside, system.nvlink_latency_us, system.network_latency_us) * 1e-6
+    time = c.volume / bw + c.steps * latency
+    return np.where(c.active, time, 0.0)
 
 
 def collective_time(kind: str, nbytes: np.ndarray, n: np.ndarray, fast: np.ndarray, system: System,

@@ -15,10 +15,10 @@ import numpy as np
 
 from planner.candidates import Candidates, Framework
 from planner.costs import Comm, Op, Step
-from planner.network import CollectiveModel, collective_time
+from planner.network import CollectiveModel, collective_time, stacked_ring_time
+from planner.stacked import TILE, Collectives, Stacked, stack
 from planner.system import System
 
-TILE = 128
 Parts = dict[str, np.ndarray]
 
 
@@ -110,16 +110,105 @@ class Timer:
     def comm_time(self, comm: Comm, cands: Candidates, nbytes: np.ndarray) -> np.ndarray:
         """Seconds of one collective for every candidate (``nbytes`` already per candidate)."""
         n, fast = cands.group(comm.dim)
-        time = collective_time(comm.kind, nbytes, n, fast, self.system, self.comm_model, self.usage)
+        return self._group_comm_time(comm.kind, comm.count, nbytes, n, fast)
+
+    def _group_comm_time(self, kind: str, count: float, nbytes: np.ndarray, n: np.ndarray, fast: np.ndarray
+                         ) -> np.ndarray:
+        time = collective_time(kind, nbytes, n, fast, self.system, self.comm_model, self.usage)
         # fitted: a fixed cost per collective call (launch, NCCL setup), and per ring step inside one NVLink domain;
         # across domains the network latency (system file, or fitted on multi-node runs) prices every ring step
         inside = (np.minimum(fast, n) >= n) & (n > 1)
         extra = np.where(n > 1, self.collective_fixed, 0.0) + np.where(inside, self.collective_latency * (n - 1), 0.0)
-        return comm.count * (time + extra)
+        return count * (time + extra)
+
+    def collectives_time(self, c: Collectives, count_usage: bool = True) -> np.ndarray:
+        """Seconds of stacked collectives (:func:`planner.stacked.collectives`; rows) for every candidate
+        (columns): what :meth:`comm_time` (or, without ``extras``, :func:`collective_time`) gives row by row.
+        ``count_usage`` False: the caller counts each row's ring evaluations (:meth:`count_ring`); only without
+        a calibrated collective model."""
+        if self.comm_model is not None:   # a calibrated collective model answers row by row
+            assert count_usage, "a calibrated collective model counts its own usage"
+            if not c.extras:
+                return np.stack([collective_time(k, c.nbytes[i], c.n[i], c.fast[i], self.system, self.comm_model,
+                                                 self.usage) for i, k in enumerate(c.kinds)])
+            return np.stack([self._group_comm_time(k, c.count[i, 0], c.nbytes[i], c.n[i], c.fast[i])
+                             for i, k in enumerate(c.kinds)])
+        time = stacked_ring_time(c, self.system)
+        if count_usage:
+            for kind, ring in zip(c.kinds, c.ring_counts):
+                self.count_ring(kind, ring)
+        if not c.extras:
+            return time
+        extra = (np.where(c.active, self.collective_fixed, 0.0)
+                 + np.where(c.inside & c.active, self.collective_latency * (c.n - 1), 0.0))
+        return c.count * (time + extra)
+
+    def count_ring(self, kind: str, evaluations: int) -> None:
+        """Usage of ``evaluations`` collectives of ``kind`` the ring formula priced (as collective_time counts)."""
+        counts = self.usage.setdefault(kind, {})
+        counts["calibrated"] = counts.get("calibrated", 0)
+        counts["ring"] = counts.get("ring", 0) + evaluations
 
     # ---- a list of steps --------------------------------------------------------------------------------------
-    def block(self, steps: list[Step], cands: Candidates, inv: np.ndarray) -> Parts:
-        """Parts of ``steps`` for every candidate. Op arrays are over unique keys; ``inv`` maps candidates to them."""
+    def block(self, steps: list[Step] | Stacked, cands: Candidates, inv: np.ndarray) -> Parts:
+        """Parts of ``steps`` (a list, or stacked once by :func:`planner.stacked.stack` to be timed often) for every
+        candidate. Op arrays are over unique keys; ``inv`` maps candidates to them. The plain ops are timed as
+        stacked arrays and summed in step order (the same sums as op by op); with a calibrated GEMM model, op by
+        op."""
+        stacked = steps if isinstance(steps, Stacked) else stack(steps)
+        if self.gemm_model is not None:
+            return self._block_by_op(stacked.steps, cands, inv)
+        n = len(inv)
+        parts: Parts = {}
+        stacked_comms = stacked.comms is not None and self.comm_model is None
+        comm_times = self.collectives_time(stacked.comms, count_usage=False) if stacked_comms else None
+        for i, step in enumerate(stacked.special):
+            if i == stacked.gemm_at:
+                self._count_roofline_gemms(stacked.gemm_count)   # usage keys in step order, as op by op
+            if isinstance(step, Comm):
+                if comm_times is not None:
+                    self.count_ring(step.kind, stacked.comms.ring_counts[i])
+                    time = comm_times[i]
+                else:
+                    time = self.comm_time(step, cands, expand(step.nbytes, inv, n))
+                parts = add(parts, {step.category: time})
+                continue
+            c, m, o = (expand(x, inv, n) for x in self.op_time(step))
+            parts = add(parts, {"compute": c, "memory": m, "overhead": o,
+                                "summa_comm": self._panel_exposed(step, c + m + o, cands, inv)})
+        if stacked.gemm_at == len(stacked.special):
+            self._count_roofline_gemms(stacked.gemm_count)
+        if not stacked.has_plain:
+            return add(parts, {k: expand(0.0, inv, n) for k in ("compute", "memory", "overhead")})
+        unique = dict(zip(("compute", "memory", "overhead"), self._stacked_times(stacked)))
+        return add(parts, {k: expand(v, inv, n) for k, v in unique.items()})
+
+    def _count_roofline_gemms(self, count: int) -> None:
+        counts = self.usage.setdefault("gemm", {})
+        counts["roofline"] = counts.get("roofline", 0) + count
+
+    def _stacked_times(self, s: Stacked) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(compute-bound, memory-bound, overhead) seconds of the stacked plain ops, each summed over the ops in
+        step order (``np.add.accumulate`` adds row after row: the sums op-by-op timing makes)."""
+        memory = s.nbytes / self.hbm_rate
+        compute = np.empty_like(memory)
+        compute[s.vector_rows] = s.vector_flops / self.vector_rate
+        compute[s.flash_rows] = s.flash_flops / self.flash_rate
+        if len(s.gemm_rows):
+            waves = np.ceil(s.tiles / self.system.sm_count)
+            per_sm = self.matrix_rate / self.system.sm_count
+            quantised = waves * s.tile_flops / per_sm
+            if self.wave_weight != 1.0:   # as _gemm_time
+                exact = s.gemm_flops / self.matrix_rate
+                quantised = exact + self.wave_weight * (quantised - exact)
+            compute[s.gemm_rows] = s.gemm_launches * (quantised + self.gemm_latency)
+        bound = compute >= memory
+        overhead = s.launches * self.overhead
+        return tuple(np.add.accumulate(x, axis=0)[-1]   # type: ignore[return-value]
+                     for x in (np.where(bound, compute, 0.0), np.where(bound, 0.0, memory), overhead))
+
+    def _block_by_op(self, steps: list[Step], cands: Candidates, inv: np.ndarray) -> Parts:
+        """:meth:`block` op by op (a calibrated GEMM model answers each op's GEMMs)."""
         n = len(inv)
         compute = memory = overhead = 0.0
         parts: Parts = {}

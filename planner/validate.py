@@ -8,6 +8,7 @@ exactly these headers; its runs use activation checkpointing (full recomputation
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from pmdb import metrics
 from pmdb.errors import PmdbError
 from planner.calibration import Calibrations
 from planner.candidates import RECOMPUTE, Candidates, Framework
-from planner.evaluate import evaluate
+from planner.evaluate import Evaluation, Prepared, evaluate_prepared, merge, prepare
 from planner.model import Transformer
 from planner.system import System
 
@@ -111,40 +112,88 @@ def megatron_placement(tp: np.ndarray, dp: np.ndarray, pp: np.ndarray, domain: i
     return f_tp, f_dp, f_pp
 
 
-def validate(runs: pd.DataFrame, system: System, fw: Framework, *, vocab: int, recompute: str = "full",
-             calibration: object | None = None, fitted: object | None = None) -> Validation:
-    """Predict every run (1D tensor parallelism, the given tp/dp/pp), with the ideal formulas or, given a
-    calibration, its GEMM/collective times where it covers them; ``fitted`` (a
-    :class:`planner.fitting.PlannerCalibration`) replaces the system's efficiencies and adds its fixed costs.
-    Runs larger than one NVLink domain are priced with the two-tier network, groups placed as Megatron places
-    them (:func:`megatron_placement`)."""
+@dataclass
+class PreparedRuns:
+    """Measured runs grouped by model shape, each group's candidates prepared (:func:`planner.evaluate.prepare`)
+    for NVLink domains of ``domain`` GPUs: what pricing them depends on neither the system's rates nor a
+    calibration. ``groups`` holds (row positions, prepared candidates)."""
+
+    n: int
+    domain: int
+    groups: list[tuple[np.ndarray, Prepared]]
+    merged: Prepared | None = None   # all groups as one (planner.evaluate.merge), where they merge
+
+    def evaluations(self, system: System, calibration: object | None = None
+                    ) -> Iterator[tuple[np.ndarray, Evaluation]]:
+        """(row positions, evaluation) of each group under ``system`` and ``calibration``: one evaluation of
+        all groups merged where they merge and no calibrated GEMM or collective model prices them."""
+        if system.nvlink_domain != self.domain:
+            raise ValueError(f"runs prepared for NVLink domains of {self.domain} GPUs, priced with "
+                             f"{system.nvlink_domain}")
+        models = hasattr(calibration, "gemm_time") or hasattr(calibration, "collective_time")
+        if self.merged is not None and not models:
+            yield np.concatenate([where for where, _ in self.groups]), evaluate_prepared(self.merged, system,
+                                                                                         calibration)
+            return
+        for where, prepared in self.groups:
+            yield where, evaluate_prepared(prepared, system, calibration)
+
+    def predict(self, system: System, calibration: object | None = None) -> np.ndarray:
+        """Predicted iteration seconds of every run (the ``predicted_s`` of :func:`validate`)."""
+        predicted = np.zeros(self.n)
+        for where, result in self.evaluations(system, calibration):
+            predicted[where] = result.time
+        return predicted
+
+
+def prepare_runs(runs: pd.DataFrame, fw: Framework, *, vocab: int, recompute: str = "full",
+                 domain: int) -> PreparedRuns:
+    """``runs`` (columns as :func:`read_runs` makes them) prepared to be priced many times (1D tensor parallelism,
+    the given tp/dp/pp, groups placed as Megatron places them in NVLink domains of ``domain`` GPUs)."""
     if recompute not in RECOMPUTE:
         raise PmdbError(f"bad recomputation {recompute!r}: use {', '.join(RECOMPUTE)}")
-    if fitted is not None:
-        system = fitted.system(system)
-        calibration = fitted if calibration is None else Calibrations(calibration, fitted)
-    predicted = np.zeros(len(runs))
-    memory = np.zeros(len(runs))
-    parts: list[dict[str, float]] = [{} for _ in range(len(runs))]
-    usage: dict[str, dict[str, int]] = {}
+    groups = []
     for shape, group in runs.groupby(["hidden", "heads", "layers", "seq_len"]):
         hidden, heads, layers, seq_len = (int(x) for x in shape)
         model = Transformer(name=f"gpt-h{hidden}-l{layers}", seq_len=seq_len, hidden=hidden, heads=heads,
                             layers=layers, vocab=vocab)
-        f_tp, f_dp, f_pp = megatron_placement(group["tp"], group["dp"], group["pp"], system.nvlink_domain)
+        f_tp, f_dp, f_pp = megatron_placement(group["tp"], group["dp"], group["pp"], domain)
         cands = Candidates.from_columns(
             "1d", t1=group["tp"], pp=group["pp"], dp=group["dp"], f_t1=f_tp, f_dp=f_dp, f_pp=f_pp,
             mb=group["micro_batch"],
             nmb=group["global_batch"] // (group["dp"] * group["micro_batch"]),
             recompute=RECOMPUTE.index(recompute))
-        result = evaluate(model, system, cands, fw, calibration)
+        groups.append((runs.index.get_indexer(group.index), prepare(model, cands, fw, reuse=True)))
+    merged = merge([prepared for _, prepared in groups]) if len(groups) > 1 else None
+    return PreparedRuns(len(runs), domain, groups, merged)
+
+
+def validate(runs: pd.DataFrame, system: System, fw: Framework, *, vocab: int, recompute: str = "full",
+             calibration: object | None = None, fitted: object | None = None,
+             prepared: PreparedRuns | None = None) -> Validation:
+    """Predict every run (1D tensor parallelism, the given tp/dp/pp), with the ideal formulas or, given a
+    calibration, its GEMM/collective times where it covers them; ``fitted`` (a
+    :class:`planner.fitting.PlannerCalibration`) replaces the system's efficiencies and adds its fixed costs.
+    Runs larger than one NVLink domain are priced with the two-tier network, groups placed as Megatron places
+    them (:func:`megatron_placement`). ``prepared``: these runs already prepared (:func:`prepare_runs`)."""
+    if recompute not in RECOMPUTE:
+        raise PmdbError(f"bad recomputation {recompute!r}: use {', '.join(RECOMPUTE)}")
+    if fitted is not None:
+        system = fitted.system(system)
+        calibration = fitted if calibration is None else Calibrations(calibration, fitted)
+    if prepared is None:
+        prepared = prepare_runs(runs, fw, vocab=vocab, recompute=recompute, domain=system.nvlink_domain)
+    predicted = np.zeros(len(runs))
+    memory = np.zeros(len(runs))
+    parts: list[dict[str, float]] = [{} for _ in range(len(runs))]
+    usage: dict[str, dict[str, int]] = {}
+    for where, result in prepared.evaluations(system, calibration):
         for kind, counts in result.usage.items():
             for source, n in counts.items():
                 usage.setdefault(kind, {})[source] = usage.get(kind, {}).get(source, 0) + n
-        where = runs.index.get_indexer(group.index)
         predicted[where] = result.time
         memory[where] = result.memory["total"]
-        for i, row in zip(where, range(len(group))):
+        for i, row in zip(where, range(len(where))):
             parts[i] = {k: float(v[row]) for k, v in result.parts.items()}
     rows = runs.copy()
     rows["predicted_s"] = predicted

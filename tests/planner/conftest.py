@@ -1,6 +1,7 @@
 """Small shapes for the planner tests."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from planner.candidates import FRAMEWORKS
@@ -27,3 +28,23 @@ def planner_fw():
 @pytest.fixture
 def megatron_fw():
     return FRAMEWORKS["megatron-deepspeed"]
+
+
+class _Unanswered:
+    """Calibrated GEMM and collective models without an answer anywhere."""
+
+    label = "no answers"
+
+    def gemm_time(self, M, N, K, count):
+        return np.full(np.broadcast(M, N, K, count).shape, np.nan)
+
+    def collective_time(self, kind, nbytes, group):
+        return np.full(np.shape(nbytes), np.nan)
+
+
+@pytest.fixture
+def unanswered() -> _Unanswered:
+    """Calibrated models that answer nothing: the timer then prices every op and collective one by one with its
+    roofline and ring formulas, each model shape on its own (the path that neither stacks nor merges)."""
+    return _Unanswered()
+

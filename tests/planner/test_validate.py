@@ -7,7 +7,8 @@ import pytest
 
 from pmdb import metrics
 from pmdb.errors import PmdbError
-from planner.validate import read_runs, validate
+from planner.fitting import PlannerCalibration
+from planner.validate import prepare_runs, read_runs, validate
 
 SAMPLE = "megatron_runs/a100_single_node_sample.csv"
 
@@ -75,3 +76,29 @@ def test_runs_beyond_one_domain_are_priced_with_the_network(a100, megatron_fw):
     assert slow["dp_comm"] > 2 * fast["dp_comm"] > 0
     assert slow["compute"] == pytest.approx(fast["compute"])
     assert two_nodes.rows["predicted_s"][0] > one_domain.rows["predicted_s"][0]
+
+
+def _runs_of_several_shapes() -> pd.DataFrame:
+    rows = [(8, 16, 2, 1024, 16, 12, 1024, 2, 4, 1), (8, 8, 1, 1024, 16, 12, 1024, 8, 1, 1),
+            (16, 32, 1, 2048, 16, 8, 1024, 8, 2, 1), (32, 64, 2, 2048, 16, 8, 2048, 4, 2, 4),
+            (4, 8, 4, 512, 8, 4, 512, 1, 4, 1), (4, 16, 1, 1024, 16, 12, 1024, 2, 1, 2)]
+    names = ["gpus", "global_batch", "micro_batch", "hidden", "heads", "layers", "seq_len", "tp", "dp", "pp"]
+    runs = pd.DataFrame(rows, columns=names)
+    runs["measured_s"] = 0.1
+    return runs
+
+
+def test_runs_prepared_once_price_as_each_shape_on_its_own(a100, megatron_fw, unanswered):
+    """A fit prices the same runs hundreds of times: prepared once (stacked, all shapes merged), each
+    calibration's predictions are bit for bit those of pricing every shape op by op."""
+    runs = _runs_of_several_shapes()
+    prepared = prepare_runs(runs, megatron_fw, vocab=50257, domain=a100.nvlink_domain)
+    assert prepared.merged is not None and len(prepared.groups) == 4
+    fits = [None, PlannerCalibration({"overlap_sharpness": 2.0, "network_eff": 0.3}), PlannerCalibration({})]
+    for fitted in fits + fits[::-1]:                      # again, in another order: nothing prepared is changed
+        system = fitted.system(a100) if fitted else a100
+        once = prepared.predict(system, fitted)
+        by_shape = validate(runs, a100, megatron_fw, vocab=50257, calibration=unanswered, fitted=fitted)
+        assert np.array_equal(once, by_shape.rows["predicted_s"].to_numpy())
+        fresh = validate(runs, a100, megatron_fw, vocab=50257, fitted=fitted, prepared=prepared)
+        assert fresh.rows["breakdown"].tolist() == by_shape.rows["breakdown"].tolist()
