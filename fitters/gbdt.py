@@ -23,6 +23,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
 from fitters import features as feats, gemm_shapes, work
+from fitters.gbdt_leaves import median_leaves
 from fitters.model import Model, TrainConfig, TrainingSet
 from fitters.split import split_rows
 from fitters.torch_train import candidates
@@ -99,7 +100,7 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = float("inf"),
     y = feats.log_target(training.times_us)
     inner = split_rows(training.groups, seed + 1, VALIDATION_FRACTION)
     min_leaf = int(np.clip(len(y) // 50, 2, 20))
-    with threadpool_limits(OPENMP_THREADS):
+    with threadpool_limits(OPENMP_THREADS), median_leaves():   # absolute-error leaves: all at once
         model = _search(spec, x, y, inner, min_leaf, seed, deadline, max_trials)
     model.gemm_bounds = gemm_shapes.forward_bounds(training.op, training.pass_, training.params)
     return model

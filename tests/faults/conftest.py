@@ -115,8 +115,8 @@ def home(tmp_path: Path, registered_home: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def fitted_twice_once(tmp_path_factory):
+def fitted_twice_once(tmp_path_factory, mlflow_template):
     """test_mlflow_mirror's workspace fitted twice, built once for the modules that copy it (tests/conftest.py runs
     them on one worker): two fits and an MLflow store, seconds of CPU, no longer once per module."""
     from .test_mlflow_mirror import build_fitted_twice
-    return build_fitted_twice(tmp_path_factory)
+    return build_fitted_twice(tmp_path_factory, mlflow_template)

@@ -19,8 +19,7 @@ from pmdb import platform as platforms
 from pmdb.config import Workspace
 from pmdb.store import Store
 
-from harness import copy_workspace
-from .conftest import run_pmdb
+from harness import copy_workspace, forget_mlflow
 
 PLATFORM = "mirror-cpu"
 NAME = f"fully_connected.fwd.cold~{PLATFORM}"
@@ -28,11 +27,13 @@ FIT = ["fit", "--op", "fully_connected", "--family", "roofline", "--platform", P
 
 
 def pmdb(home: Path, *args: str) -> tuple[int, str, str]:
-    """A real ``pmdb --home HOME ARGS`` process (MLflow keeps its stores per URI within a process: once mlflow.db
-    changed under a test, the commands that open it run as new processes, as users do; the refusals before that,
-    which open no MLflow store, and read-only `doctor` run in this process, :func:`cli`)."""
-    done = run_pmdb(home, *args)
-    return done.returncode, done.stdout, done.stderr
+    """``pmdb --home HOME ARGS`` as a new process runs it: MLflow keeps its stores and engines per URI within a
+    process, so once mlflow.db changed under a test, what this process holds of MLflow is dropped first
+    (:func:`harness.forget_mlflow`, :func:`test_a_replaced_mlflow_db_is_read_anew_once_forgotten`) and the command
+    runs in this process (:func:`cli`; a `pmdb` process would import MLflow afresh: seconds). The refusals before
+    that, which open no MLflow store, and read-only `doctor` run by :func:`cli` directly."""
+    forget_mlflow()
+    return cli(home, *args)
 
 
 def cli(home: Path, *args: str) -> tuple[int, str, str]:
@@ -53,21 +54,12 @@ def refused(result: tuple[int, str, str], pattern: str) -> str:
     return lines[0]
 
 
-def _empty_mlflow_db(tmp_path_factory) -> Path:
-    """An empty MLflow sqlite store, created (and migrated)."""
-    from fitters.registry import Registry
-
-    ws = Workspace(tmp_path_factory.mktemp("mlflow_empty") / "ws")
-    Store.open(ws, create=True).close()
-    Registry(ws)
-    return ws.mlflow_db
-
-
-def build_fitted_twice(tmp_path_factory) -> tuple[Workspace, Path]:
+def build_fitted_twice(tmp_path_factory, mlflow_template: Workspace) -> tuple[Workspace, Path]:
     """A workspace with 40 fully_connected timings (a known roofline law) and peaks, fitted twice: v1 and v2, and
-    the empty MLflow store it started from. Built once per test run (tests/faults/conftest.py ``fitted_twice_once``,
+    the empty MLflow store it started from (the test run's ``mlflow_template``, tests/conftest.py: its creation is
+    tested in test_registry_creation.py). Built once per test run (tests/faults/conftest.py ``fitted_twice_once``,
     shared with the modules that import :func:`fitted_twice`); tests get copies (:func:`ws`)."""
-    empty_mlflow_db = _empty_mlflow_db(tmp_path_factory)
+    empty_mlflow_db = mlflow_template.mlflow_db
     ws = Workspace(tmp_path_factory.mktemp("fitted_twice") / "ws")
     rng = np.random.default_rng(0)
     with Store.open(ws, create=True) as store:
@@ -149,7 +141,7 @@ def line_of(lines: list[str], check: str) -> str:
     return next(line for line in lines if line[8:].startswith(check + " "))
 
 
-@pytest.mark.slow  # real pmdb processes after mlflow.db changes under them: 17-70 s here
+@pytest.mark.slow  # repairs and fits after mlflow.db changed under them (MLflow forgotten first): 2-10 s here
 def test_deleted_mlflow_db_is_refused_then_repaired_under_the_same_numbers(ws):
     before = mirror(ws)
     assert sorted(before) == [1, 2] and registered(ws) == before
@@ -181,7 +173,7 @@ def test_deleted_mlflow_db_is_refused_then_repaired_under_the_same_numbers(ws):
     assert sorted(mirror(ws)) == [1, 2, 3] and registered(ws) == mirror(ws)
 
 
-@pytest.mark.slow  # real pmdb processes after mlflow.db changes under them: 17-70 s here
+@pytest.mark.slow  # repairs and fits after mlflow.db changed under them (MLflow forgotten first): 2-10 s here
 def test_a_stray_v1_in_a_fresh_mlflow_db_is_set_aside_not_mixed_with_the_stores(ws, tmp_path, empty_mlflow_db):
     """What pmdb did before the guard: a fresh mlflow.db, a fit registering "v1" again, then failing."""
     from mlflow import MlflowClient
@@ -206,7 +198,7 @@ def test_a_stray_v1_in_a_fresh_mlflow_db_is_set_aside_not_mixed_with_the_stores(
     assert registered(ws, aside) == {1: run.info.run_id}  # set aside, not deleted
 
 
-@pytest.mark.slow  # real pmdb processes after mlflow.db changes under them: 17-70 s here
+@pytest.mark.slow  # repairs and fits after mlflow.db changed under them (MLflow forgotten first): 2-10 s here
 def test_versions_whose_files_are_gone_are_marked_lost_and_numbers_stay_taken(ws):
     with Store.open(ws, read_only=True) as store:
         uri = store.scalar("SELECT model_uri FROM model_versions WHERE name = ? AND version = 2", [NAME])
@@ -254,3 +246,18 @@ def test_unmirrored_version_and_moved_champion_are_found_and_repaired(ws):
     assert code == 0, lines
     assert client.get_model_version(NAME, "3").tags.get("pmdb.unmirrored")
     assert mlflow_champion(ws) == aliases(ws)["champion"] == 2
+
+
+def test_a_replaced_mlflow_db_is_read_anew_once_forgotten(ws, empty_mlflow_db):
+    """Why :func:`pmdb` drops this process's MLflow state first: an MLflow store opened here keeps reading the
+    mlflow.db it opened after the file was replaced; once forgotten, the next Registry reads the new file."""
+    from fitters.registry import Registry
+
+    def names() -> list[str]:
+        return [m.name for m in Registry(ws).client.search_registered_models()]
+    assert names() == [NAME]
+    ws.mlflow_db.unlink()
+    shutil.copy(empty_mlflow_db, ws.mlflow_db)   # a store with no models in its place
+    assert names() == [NAME]                       # stale: the engine's pooled connection reads the old file
+    forget_mlflow()
+    assert names() == []

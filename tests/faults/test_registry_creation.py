@@ -16,9 +16,9 @@ import pytest
 from pmdb.config import Workspace
 
 from harness import in_process
-from .conftest import Child, run_pmdb
+from .conftest import Child
 from .test_mlflow_mirror import (  # noqa: F401
-    FIT, NAME, aliases, fitted_twice, mirror, registered, ws)
+    FIT, NAME, aliases, fitted_twice, mirror, pmdb, registered, ws)
 
 LIMIT = 400 * 1024   # MLflow's migrated sqlite store is about 950 kB: its creation cannot finish
 
@@ -51,8 +51,8 @@ def test_a_full_disk_during_the_first_fit_fails_in_one_line_and_leaves_no_regist
     assert code == 1 and "Traceback" not in err, err
     assert len(lines) == 1 and "creating the MLflow registry" in lines[0] and "nothing was fitted" in lines[0], err
     assert sorted(p.name for p in ws.home.glob("mlflow.db*")) == []
-    again = run_pmdb(ws.home, *FIT)
-    assert again.returncode == 0, again.stderr
+    code, _, err = pmdb(ws.home, *FIT)   # the same fit with room: as a new process (in this one, MLflow forgotten)
+    assert code == 0, err
     assert sorted(mirror(ws)) == [1] and sorted(registered(ws)) == [1]
 
 
@@ -70,10 +70,10 @@ def test_a_half_migrated_registry_is_refused_then_rebuilt_by_repair(ws: Workspac
     doctor = in_process(ws.home, "doctor")   # read-only
     assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr
     assert "problem registry   mlflow.db is half-migrated" in doctor.stdout, doctor.stdout
-    repaired = run_pmdb(ws.home, "doctor", "--repair")
-    assert repaired.returncode == 0 and "Traceback" not in repaired.stderr, repaired.stdout + repaired.stderr
-    assert "moved the half-migrated mlflow.db aside" in repaired.stdout
+    code, out, err = pmdb(ws.home, "doctor", "--repair")
+    assert code == 0 and "Traceback" not in err, out + err
+    assert "moved the half-migrated mlflow.db aside" in out
     assert sorted(registered(ws)) == [1, 2] and aliases(ws)["champion"] == 2
     assert list(ws.home.glob("mlflow.db.half-migrated-*"))                 # kept, not deleted
-    assert run_pmdb(ws.home, *FIT).returncode == 0                          # and fitting goes on: v3
+    assert pmdb(ws.home, *FIT)[0] == 0                                      # and fitting goes on: v3
     assert sorted(mirror(ws)) == [1, 2, 3]
