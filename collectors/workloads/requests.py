@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from collectors.workloads import dlrm_presets, sharders
 from collectors.workloads.collect import WorkloadRequest
 from collectors.workloads.dlrm_presets import DlrmConfig
+from collectors.workloads.tasks import memory_bytes
 from collectors.workloads.transformer import HEADS, TransformerConfig, load_overrides
 from pmdb.errors import PmdbError
 from pmdb.store import Store
@@ -31,13 +31,6 @@ def default_threads() -> int:
     from collectors.ops.sweep import DEFAULT_THREADS
 
     return DEFAULT_THREADS or 1
-
-
-def memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def task_config(store: Store, task_id: int, mlp_preset: str) -> tuple[DlrmConfig, int]:

@@ -24,6 +24,7 @@ Where the table shapes come from:
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,15 @@ DEFAULT_HEAVY_SHARE = 0.15
 KINDS = ("heavy", "normal", "both")
 _NORMAL = NormalDist()
 _TABLE_COUNT = re.compile(r"_t(\d+)_")
+
+
+def memory_bytes() -> int | None:
+    """This machine's physical memory (bytes), or None where the OS does not say. Here, not in
+    :mod:`collectors.workloads.requests`, so that `pmdb collect tasks` does not import torch (~2-3 s)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def lognormal_for(mean: float, heavy_share: float) -> tuple[float, float]:

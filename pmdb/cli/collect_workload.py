@@ -184,8 +184,7 @@ def tasks(
                                                                           "(default: this machine's)."),
 ) -> None:
     """Generate random DLRM tasks for sharding studies and store them (table `tasks`)."""
-    from collectors.workloads.requests import memory_bytes
-    from collectors.workloads.tasks import generate
+    from collectors.workloads.tasks import generate, memory_bytes   # not requests: it imports torch
 
     if datasets is not None and not datasets.is_dir():
         raise PmdbError(f"--datasets {datasets} is not a directory")

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from .conftest import Child, query, run_pmdb
+from harness import in_process
+from .conftest import Child, query
 
 # Any file may grow to 300 KiB: the store file is already larger (no checkpoint fits), the rank's raw execution
 # trace (about 280 kB) fits, and the write-ahead log, filled first by stored tasks, overflows while the traces are
@@ -32,7 +33,7 @@ def test_a_workload_run_failing_on_a_full_disk_leaves_no_temporary_files(home):
     assert query(home, "SELECT count(*) FROM collection_runs WHERE kind = 'workload' AND status = 'completed'") \
         == [(0,)]
     assert list((home / "artifacts" / "tmp").iterdir()) == []
-    doctor = run_pmdb(home, "doctor")
+    doctor = in_process(home, "doctor")   # a reader: in this process (a process start adds ~1.5 s, tests nothing)
     assert "ok      temporary" in doctor.stdout, doctor.stdout
 
 
@@ -46,11 +47,11 @@ def test_doctor_reports_and_repair_removes_what_ended_runs_left(home):
         os.utime(path, (old, old))
     fresh = tmp / "graph-123"                              # a capture starting now: not an orphan yet
     fresh.mkdir()
-    doctor = run_pmdb(home, "doctor")
+    doctor = in_process(home, "doctor")
     assert doctor.returncode == 1
     assert "problem temporary  1 left in artifacts/tmp by runs that ended (5.0 kB)" in doctor.stdout, doctor.stdout
     assert "fix: pmdb --home" in doctor.stdout and "doctor --repair" in doctor.stdout
-    repaired = run_pmdb(home, "doctor", "--repair")
+    repaired = in_process(home, "doctor", "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "removed 1 entries of artifacts/tmp" in repaired.stdout
     assert not left.exists() and fresh.exists()

@@ -50,8 +50,9 @@ def query(home: Path, sql: str) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def homes(tmp_path_factory, cpu_passes) -> dict[str, Path]:
-    """Workspaces A and B with real collections; tests copy them before changing them."""
+def homes(tmp_path_factory, cpu_passes, mlflow_template) -> dict[str, Path]:
+    """Workspaces A and B with real collections; tests copy them before changing them. Each gets a copy of the
+    run's empty MLflow store (:func:`mlflow_template`; creating one is tested in tests/faults) after `init`."""
     root = tmp_path_factory.mktemp("exchange")
     passes = cpu_passes
     config = root / "tiny_gpt2.json"
@@ -70,6 +71,8 @@ def homes(tmp_path_factory, cpu_passes) -> dict[str, Path]:
                   "--seq-len", "8"]]
         for step in steps:
             assert pmdb(home, *step) == 0, step
+            if step == ["init"]:
+                shutil.copy(mlflow_template.mlflow_db, home / "mlflow.db")
     out["passes"] = passes
     return out
 

@@ -29,12 +29,6 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
 
 
-def _init(home: Path) -> None:
-    init = subprocess.run([sys.executable, "-m", "pmdb", "--home", str(home), "init"], capture_output=True,
-                          text=True, env=_env(), timeout=120)
-    assert init.returncode == 0, init.stderr
-
-
 def _start_nodes(home: Path, config: Path, exchange: Path, iters: int) -> list[subprocess.Popen]:
     port = free_port()
     nodes = []
@@ -85,10 +79,9 @@ def _counts(home: Path) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_two_torchrun_nodes_store_one_workload_run(tmp_path, tiny_dlrm):
-    home, exchange = tmp_path / "ws", tmp_path / "shared"
+def test_two_torchrun_nodes_store_one_workload_run(tmp_path, workspace, tiny_dlrm):
+    home, exchange = workspace.home, tmp_path / "shared"   # a new workspace, as `pmdb init` makes it
     exchange.mkdir()
-    _init(home)
     outputs = _finish(_start_nodes(home, tiny_dlrm, exchange, iters=3))
     for code, (out, err) in zip((0, 1), outputs):
         assert code is not None and "Traceback" not in err, err[-3000:]
@@ -107,10 +100,9 @@ def test_two_torchrun_nodes_store_one_workload_run(tmp_path, tiny_dlrm):
 
 
 @pytest.mark.slow
-def test_a_rank_killed_mid_run_fails_the_run_and_stores_nothing(tmp_path, tiny_dlrm):
-    home, exchange = tmp_path / "ws", tmp_path / "shared"
+def test_a_rank_killed_mid_run_fails_the_run_and_stores_nothing(tmp_path, workspace, tiny_dlrm):
+    home, exchange = workspace.home, tmp_path / "shared"   # a new workspace, as `pmdb init` makes it
     exchange.mkdir()
-    _init(home)
     # long enough to be killed mid-run: each rank first builds its batches (about 0.5 ms each here), then times
     # them (several ms each); with 100000 both ranks were still building when killed, and rank 0 went on building
     # for a minute before its next collective told it that its peer was gone
