@@ -182,8 +182,8 @@ def ingest_gpu_trace(store: Any, name: str, platform: str, *, et: bool = True, t
 def parsed_gpu_trace(tmp_path_factory: Any, name: str, *, et: bool = True) -> list:
     """The shared GPU trace folder ``traces/gpu/<name>`` read and parsed by the importer
     (:func:`collectors.traces.ingest.parse_ranks`, which :func:`~collectors.traces.ingest.ingest_trace_set` takes
-    instead of the files), once per test run (:func:`built_once`; param_resnet's pair takes ~4 s of CPU, param_linear's
-    ~1.3 s, loading the result ~0.8 and ~0.05 s): a fresh copy per call. Parsing itself is tested where a test imports
+    instead of the files), once per test run (:func:`built_once`; param_resnet's pair takes ~3 s of CPU, param_linear's
+    ~1.1 s, loading the result ~0.8 and ~0.05 s): a fresh copy per call. Parsing itself is tested where a test imports
     the files (tests/collectors/traces)."""
     import dataclasses
     import pickle

@@ -19,6 +19,7 @@ from collectors.traces import schemas
 from pmdb.traces.vocabulary import common, split_top_level
 from pmdb.traces.iterations import et_iterations
 from pmdb.errors import PmdbError
+from pmdb.traces.gc_pause import collector_paused
 
 
 @dataclass
@@ -31,11 +32,16 @@ class EtTrace:
     pid: int | None = None
 
 
+def _integral(value: Any) -> bool:
+    """isinstance(value, Integral), by type first for JSON's int (an ABC check costs more than the rest)."""
+    return type(value) is int or isinstance(value, Integral)
+
+
 def _flatten(value: Any, type_: Any, width: int) -> list[list]:
     if not isinstance(type_, str) or not isinstance(value, list):
         return []
     if type_.startswith("Tensor"):
-        ok = len(value) == width and all(isinstance(v, Integral) for v in value[:2])
+        ok = len(value) == width and all(map(_integral, value[:2]))
         return [value] if ok else []
     if type_.startswith("GenericList[") and type_.endswith("]"):
         inner = split_top_level(type_[len("GenericList["):-1]) or [""]
@@ -65,24 +71,50 @@ def parse_et(doc: dict, where: str) -> EtTrace:
     nodes = doc.get(cfg["document"]["nodes"])
     if not isinstance(nodes, list) or not nodes:
         raise PmdbError(f"{where}: execution trace without a non-empty '{cfg['document']['nodes']}' list")
+    with collector_paused():   # 10^5 rows of acyclic containers
+        rows, seen = _node_rows(nodes, cfg, where, doc.get("schema"))
+    frame = pd.DataFrame(rows).sort_values("op_id", kind="stable").reset_index(drop=True)
+    for col in ("parent_id", "et_tid", "rf_id"):
+        frame[col] = pd.array([None if v is None or pd.isna(v) else int(v) for v in frame[col]], dtype="Int64")
+    _drop_missing_parents(frame, seen, where)
+    frame["subtree_end"] = _subtree_end(frame)
+    iteration, complete = et_iterations(frame)
+    frame["iteration"] = iteration.astype("Int64")
+    pid = doc.get("pid") if isinstance(doc.get("pid"), Integral) else None
+    return EtTrace(str(doc.get("schema")), frame, complete, pid)
+
+
+_FIELDS = ("id", "name", "parent", "input_values", "input_shapes", "input_types", "output_values", "output_shapes",
+           "output_types", "input_strides", "output_strides", "attrs")
+
+
+def _node_rows(nodes: list, cfg: dict, where: str, schema: Any) -> tuple[list[dict[str, Any]], set]:
+    """One row per node (the configured fields read, checked and flattened), and the node ids seen."""
     vocab = common()
     paths = dict(cfg["node"], attrs=cfg["attrs_list"])
+    fields = [(key, paths.get(key), tuple(paths[key].split(".")) if paths.get(key) else (), key in cfg["required"])
+              for key in _FIELDS]
     width = len(cfg["tensor_value"])
     rows, seen = [], set()
     for index, node in enumerate(nodes):
         if not isinstance(node, dict):
             raise PmdbError(f"{where}: node #{index} is not a JSON object")
         got = {}
-        for key in ("id", "name", "parent", "input_values", "input_shapes", "input_types", "output_values",
-                    "output_shapes", "output_types", "input_strides", "output_strides", "attrs"):
-            path = paths.get(key)
-            found, value = schemas.lookup(node, path) if path else (False, None)
-            if not found and key in cfg["required"]:
-                raise PmdbError(f"{where}: node #{index} (id {node.get('id')!r}) lacks '{path}', "
-                                f"required by schema {doc.get('schema')}")
+        for key, path, parts, required in fields:
+            value, found = node, bool(parts)
+            for part in parts:   # the field's dotted path in nested objects
+                if not isinstance(value, dict) or part not in value:
+                    value, found = None, False
+                    break
+                value = value[part]
+            if not found:
+                if required:
+                    raise PmdbError(f"{where}: node #{index} (id {node.get('id')!r}) lacks '{path}', "
+                                    f"required by schema {schema}")
+                value = None
             got[key] = value
         node_id, name = got["id"], got["name"]
-        if not isinstance(node_id, Integral) or not isinstance(name, str):
+        if not _integral(node_id) or not isinstance(name, str):
             raise PmdbError(f"{where}: node #{index} has a non-integer id or non-string name ({node_id!r}, {name!r})")
         if node_id in seen:
             raise PmdbError(f"{where}: node id {node_id} appears twice")
@@ -91,7 +123,7 @@ def parse_et(doc: dict, where: str) -> EtTrace:
         for key in ("input_values", "input_types", "output_values", "output_types"):
             if not isinstance(got[key], list):
                 raise PmdbError(f"{where}: node {node_id}: '{paths[key]}' is not a list")
-        parent = got["parent"] if isinstance(got["parent"], Integral) and got["parent"] != node_id else None
+        parent = got["parent"] if _integral(got["parent"]) and got["parent"] != node_id else None
         op_schema = attrs.get("op_schema") or ""
         extra = {k: v for k, v in attrs.items() if k not in ("rf_id", "tid") and v not in ("", None)}
         extra.update(input_types=got["input_types"], output_types=got["output_types"],
@@ -112,15 +144,7 @@ def parse_et(doc: dict, where: str) -> EtTrace:
                      "input_tensors": tensors(got["input_values"], got["input_types"], width),
                      "output_tensors": tensors(got["output_values"], got["output_types"], width),
                      "attrs": extra})
-    frame = pd.DataFrame(rows).sort_values("op_id", kind="stable").reset_index(drop=True)
-    for col in ("parent_id", "et_tid", "rf_id"):
-        frame[col] = pd.array([None if v is None or pd.isna(v) else int(v) for v in frame[col]], dtype="Int64")
-    _drop_missing_parents(frame, seen, where)
-    frame["subtree_end"] = _subtree_end(frame)
-    iteration, complete = et_iterations(frame)
-    frame["iteration"] = iteration.astype("Int64")
-    pid = doc.get("pid") if isinstance(doc.get("pid"), Integral) else None
-    return EtTrace(str(doc.get("schema")), frame, complete, pid)
+    return rows, seen
 
 
 def _drop_missing_parents(frame: pd.DataFrame, ids: set, where: str) -> None:

@@ -1,8 +1,10 @@
 """Trace files: reading (plain or gzipped JSON, malformed files refused) and content-addressed storage under the
-workspace's ``artifacts/traces/<sha256>.json.gz`` (sha256 of the uncompressed content)."""
+workspace's ``artifacts/traces/<sha256>.json.gz`` (sha256 of the uncompressed content; a gzipped file is stored as
+its own bytes, a plain one compressed)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import hashlib
 import json
@@ -14,6 +16,7 @@ from typing import Any
 
 from pmdb.config import Workspace
 from pmdb.errors import PmdbError
+from pmdb.traces.gc_pause import collector_paused
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -24,13 +27,15 @@ class ArtifactWriteError(OSError):
 
 @dataclass(frozen=True)
 class TraceFile:
-    """A trace file read into memory: its parsed JSON, raw (uncompressed) bytes and their sha256."""
+    """A trace file read into memory: its parsed JSON, raw (uncompressed) bytes and their sha256; ``gzipped``: the
+    file's own bytes when it was gzipped (they decompress to ``raw``)."""
 
     path: Path
     raw: bytes
     doc: Any
+    gzipped: bytes | None = None
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.raw).hexdigest()
 
@@ -44,23 +49,26 @@ def read_trace_file(path: str | os.PathLike) -> TraceFile:
     path = Path(path)
     if not path.is_file():
         raise PmdbError(f"no such trace file: {path}")
-    data = path.read_bytes()
+    data = gzipped = path.read_bytes()
     if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
             raise PmdbError(f"{path}: corrupt gzip data ({exc})") from None
+    else:
+        gzipped = None
     if not data.strip():
         raise PmdbError(f"{path}: the file is empty")
     try:
-        doc = json.loads(data)
+        with collector_paused():   # 10^6 acyclic containers: collections would cost 3-4x the decoding
+            doc = json.loads(data)
     except UnicodeDecodeError:
         raise PmdbError(f"{path}: binary content, not JSON (protobuf Chakra traces are not supported)") from None
     except json.JSONDecodeError as exc:
         raise PmdbError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
     if not isinstance(doc, dict):
         raise PmdbError(f"{path}: a trace must be a JSON object, found a {type(doc).__name__}")
-    return TraceFile(path, data, doc)
+    return TraceFile(path, data, doc, gzipped)
 
 
 def read_top_level(path: str | os.PathLike, list_key: str) -> dict:
@@ -110,8 +118,11 @@ def store_artifact(workspace: Workspace, trace: TraceFile) -> str:
         tmp = target.with_suffix(f".tmp{os.getpid()}")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as fh:
-                fh.write(trace.raw)
+            if trace.gzipped is not None:   # the file's own gzip: no second compression (a second per 50 MB)
+                tmp.write_bytes(trace.gzipped)
+            else:
+                with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as fh:
+                    fh.write(trace.raw)
             tmp.replace(target)
         except OSError as exc:  # a full disk: one error, not the chain gzip's close raises on top of it
             with contextlib.suppress(OSError):

@@ -14,6 +14,7 @@ rows of a call are written in one transaction: a write that fails (a full disk) 
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from collectors.traces.link import Link, combine, link
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Store
+from pmdb.traces.gc_pause import collector_paused
 
 PROFILED_WITH = ("kineto", "kineto+et")
 SOURCES = ("captured", "imported", "derived")
@@ -63,6 +65,7 @@ class ParsedRank:
     kineto_twins: pd.Series | None = None
 
 
+@collector_paused()   # a rank's parse, link and combine allocate 10^6 acyclic containers (pmdb.traces.gc_pause)
 def _parse(spec: RankTraces) -> ParsedRank:
     if spec.kineto is None and spec.et is None:
         raise PmdbError(f"rank {spec.rank}: give a Kineto trace, an execution trace or both")
@@ -70,8 +73,10 @@ def _parse(spec: RankTraces) -> ParsedRank:
         raise PmdbError(f"rank {spec.rank}: bad profiled_with {spec.profiled_with!r}: use {' or '.join(PROFILED_WITH)}")
     kfile = read_trace_file(spec.kineto) if spec.kineto is not None else None
     efile = read_trace_file(spec.et) if spec.et is not None else None
-    parsed = ParsedRank(spec, kfile, parse_kineto(kfile.doc, str(kfile.path)) if kfile else None,
-                        efile, parse_et(efile.doc, str(efile.path)) if efile else None)
+    kineto = parse_kineto(kfile.doc, str(kfile.path)) if kfile else None
+    et = parse_et(efile.doc, str(efile.path)) if efile else None
+    # the decoded JSON (~10x the file) is dropped once parsed: a set of many ranks holds only their rows until stored
+    parsed = ParsedRank(spec, _bytes_only(kfile), kineto, _bytes_only(efile), et)
     if parsed.et is not None:
         if parsed.kineto is not None:
             parsed.link = link(parsed.et.nodes, parsed.kineto.ops, parsed.kineto.iterations)
@@ -82,6 +87,10 @@ def _parse(spec: RankTraces) -> ParsedRank:
     if spec.profiled_with is None:
         spec.profiled_with = "kineto+et" if joint_pass(parsed) else "kineto"
     return parsed
+
+
+def _bytes_only(trace: TraceFile | None) -> TraceFile | None:
+    return None if trace is None else dataclasses.replace(trace, doc=None)
 
 
 def joint_pass(parsed: ParsedRank) -> bool:
@@ -199,6 +208,7 @@ def _trace_row(store: Store, run_id: str, set_id: int, rank: int, kind: str, tra
         "path": path, "size_bytes": trace.size_bytes, **extra}, returning="trace_id"))
 
 
+@collector_paused()   # the rank's frames hold 10^5 containers in object columns
 def _store_rank(store: Store, run_id: str, set_id: int, item: ParsedRank, platform: str, source: str) -> None:
     rank, spec = item.spec.rank, item.spec
     if item.kineto is not None:

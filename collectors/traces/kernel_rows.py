@@ -36,6 +36,7 @@ from collectors.comms.store_rows import write_atomic
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
 from pmdb.store import Store
+from pmdb.traces.gc_pause import collector_paused
 from pmdb.traces.graph import Op
 from pmdb.traces.opmap import BACKWARD_PREFIX, NO_WORK, Mapped, map_op
 from pmdb.traces.set_rows import load_rank_frames, trace_set_info
@@ -258,6 +259,7 @@ class _RankMiner:
             self.out.skip(f"no model for {node.name}", events)
 
 
+@collector_paused()   # rows and ops by the 10^5 (pmdb.traces.gc_pause)
 def mine_trace_set(store: Store, trace_set_id: int, platform: str) -> SetMining:
     """Every mineable op of a stored trace set (read only; ``new`` is filled by :func:`mine_traces`)."""
     out = SetMining(int(trace_set_id), platform)

@@ -19,6 +19,7 @@ from collectors.traces import schemas
 from collectors.traces.files import read_top_level
 from pmdb.traces.vocabulary import Vocabulary, common as vocabulary
 from pmdb.errors import PmdbError
+from pmdb.traces.gc_pause import collector_paused
 from pmdb.traces.iterations import kineto_iterations
 
 NEST_EPS_US = 1e-3  # timestamps are rounded to ns; a child may end this much after its parent
@@ -46,10 +47,16 @@ class KinetoTrace:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)
+    # JSON numbers are int or float: checked by type first (an ABC isinstance costs more than the rest of an event)
+    return type(value) in _PLAIN_NUMBERS or (isinstance(value, Real) and not isinstance(value, bool))
+
+
+_PLAIN_NUMBERS = (int, float)
 
 
 def _int_or_none(value: Any) -> int | None:
+    if type(value) is int:
+        return value
     if _number(value):
         return int(value)
     if isinstance(value, str) and value.lstrip("-").isdigit():
@@ -111,53 +118,13 @@ def parse_kineto(doc: dict, where: str) -> KinetoTrace:
         raise PmdbError(f"{where}: this is an execution trace (schema {doc.get('schema')!r}), "
                                 f"not a Kineto trace: pass it as the ET file")
     cfg = schemas.config("kineto", doc.get("schemaVersion"), where)
-    d, f, a = cfg["document"], cfg["event"], cfg["args"]
+    d = cfg["document"]
     events = doc.get(d["events"])
     if not isinstance(events, list):
         raise PmdbError(f"{where}: not a Kineto trace: no '{d['events']}' list")
     common = vocabulary()
-    unit = float(cfg["time_unit_us"])
-    cpu_rows: list[dict[str, Any]] = []
-    dev_rows: list[dict[str, Any]] = []
-    ignored: Counter[str] = Counter()
-    for index, ev in enumerate(events):
-        if not isinstance(ev, dict):
-            raise PmdbError(f"{where}: event #{index} is not a JSON object")
-        if ev.get(f["phase"]) != cfg["complete_phase"]:
-            continue
-        category = ev.get(f["category"])
-        cls = common.category_class(category)
-        if cls is None:
-            ignored[str(category)] += 1
-            continue
-        name, start, dur = ev.get(f["name"]), ev.get(f["start"]), ev.get(f["duration"])
-        label = f"{where}: event #{index} ({name!r}, {category})"
-        if not isinstance(name, str):
-            raise PmdbError(f"{label} has no '{f['name']}' string")
-        for key, value in ((f["start"], start), (f["duration"], dur)):
-            if not _number(value):
-                raise PmdbError(f"{label} lacks a numeric '{key}' (found {value!r})")
-        if dur < 0:
-            raise PmdbError(f"{label} has a negative '{f['duration']}' ({dur})")
-        args = ev.get(f["args"]) or {}
-        if not isinstance(args, dict):
-            raise PmdbError(f"{label}: '{f['args']}' is not a JSON object")
-        row = {"index": index, "name": name, "category": category, "cls": cls,
-               "start_us": float(start) * unit, "dur_us": float(dur) * unit}
-        if cls == "device":
-            row.update(device=_int_or_none(args.get(a["device"], ev.get(f["process"]))),
-                       stream=_int_or_none(args.get(a["stream"], ev.get(f["thread"]))),
-                       correlation=_int_or_none(args.get(a["correlation"])))
-            dev_rows.append(row)
-            continue
-        thread = _int_or_none(ev.get(f["thread"]))
-        if thread is None:
-            raise PmdbError(f"{label} has a non-integer '{f['thread']}' ({ev.get(f['thread'])!r})")
-        row.update(thread=thread, process=_int_or_none(ev.get(f["process"])),
-                   rf_id=_int_or_none(args.get(a["rf_id"])), input_shapes=args.get(a["input_dims"]),
-                   attrs={key: args[raw] for key, raw in a.items()
-                          if raw in args and key not in ("rf_id", "input_dims")})
-        cpu_rows.append(row)
+    with collector_paused():   # 10^5 rows of acyclic containers
+        cpu_rows, dev_rows, ignored = _event_rows(events, cfg, common, where)
     if not cpu_rows:
         raise PmdbError(f"{where}: no CPU-side events (categories "
                                 f"{', '.join(sorted(common.categories['op'] | common.categories['annotation']))})")
@@ -176,6 +143,69 @@ def parse_kineto(doc: dict, where: str) -> KinetoTrace:
                        gpu_names=gpus)
 
 
+def _event_rows(events: list, cfg: dict, common: Vocabulary,
+                where: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Counter[str]]:
+    """The complete events of classed categories as CPU-side and device rows, and the count of events left out per
+    category."""
+    f, a = cfg["event"], cfg["args"]
+    unit = float(cfg["time_unit_us"])
+    phase_key, complete, category_key = f["phase"], cfg["complete_phase"], f["category"]
+    name_key, start_key, dur_key, args_key = f["name"], f["start"], f["duration"], f["args"]
+    thread_key, process_key = f["thread"], f["process"]
+    rf_key, dims_key = a["rf_id"], a["input_dims"]
+    attr_keys = [(key, raw) for key, raw in a.items() if key not in ("rf_id", "input_dims")]
+    classes: dict[Any, str | None] = {}
+    cpu_rows: list[dict[str, Any]] = []
+    dev_rows: list[dict[str, Any]] = []
+    ignored: Counter[str] = Counter()
+    for index, ev in enumerate(events):
+        if not isinstance(ev, dict):
+            raise PmdbError(f"{where}: event #{index} is not a JSON object")
+        if ev.get(phase_key) != complete:
+            continue
+        category = ev.get(category_key)
+        try:
+            cls = classes[category]
+        except KeyError:
+            cls = classes[category] = common.category_class(category)
+        if cls is None:
+            ignored[str(category)] += 1
+            continue
+        name, start, dur = ev.get(name_key), ev.get(start_key), ev.get(dur_key)
+        if not isinstance(name, str):
+            raise PmdbError(f"{_label(where, index, name, category)} has no '{name_key}' string")
+        for key, value in ((start_key, start), (dur_key, dur)):
+            if not _number(value):
+                raise PmdbError(f"{_label(where, index, name, category)} lacks a numeric '{key}' (found {value!r})")
+        if dur < 0:
+            raise PmdbError(f"{_label(where, index, name, category)} has a negative '{dur_key}' ({dur})")
+        args = ev.get(args_key) or {}
+        if not isinstance(args, dict):
+            raise PmdbError(f"{_label(where, index, name, category)}: '{args_key}' is not a JSON object")
+        row = {"index": index, "name": name, "category": category, "cls": cls,
+               "start_us": float(start) * unit, "dur_us": float(dur) * unit}
+        if cls == "device":
+            row.update(device=_int_or_none(args.get(a["device"], ev.get(process_key))),
+                       stream=_int_or_none(args.get(a["stream"], ev.get(thread_key))),
+                       correlation=_int_or_none(args.get(a["correlation"])))
+            dev_rows.append(row)
+            continue
+        thread = _int_or_none(ev.get(thread_key))
+        if thread is None:
+            raise PmdbError(f"{_label(where, index, name, category)} has a non-integer '{thread_key}' "
+                            f"({ev.get(thread_key)!r})")
+        row.update(thread=thread, process=_int_or_none(ev.get(process_key)),
+                   rf_id=_int_or_none(args.get(rf_key)), input_shapes=args.get(dims_key),
+                   attrs={key: args[raw] for key, raw in attr_keys if raw in args})
+        cpu_rows.append(row)
+    return cpu_rows, dev_rows, ignored
+
+
+def _label(where: str, index: int, name: Any, category: Any) -> str:
+    """An event as error messages name it."""
+    return f"{where}: event #{index} ({name!r}, {category})"
+
+
 def _ops_frame(rows: list[dict[str, Any]], common: Vocabulary) -> pd.DataFrame:
     """Op rows in start order (parents first on ties) with op_id, parent_id (nesting per thread)."""
     ops = pd.DataFrame(rows)
@@ -185,7 +215,8 @@ def _ops_frame(rows: list[dict[str, Any]], common: Vocabulary) -> pd.DataFrame:
     ops.insert(0, "op_id", np.arange(len(ops), dtype=np.int64))
     parent = np.full(len(ops), -1, dtype=np.int64)
     stacks: dict[tuple, list[tuple[float, int]]] = {}
-    for op_id, proc, tid, end in zip(ops["op_id"], ops["process"], ops["thread"], ops["start_us"] + ops["dur_us"]):
+    for op_id, proc, tid, end in zip(ops["op_id"].tolist(), ops["process"].tolist(), ops["thread"].tolist(),
+                                     (ops["start_us"] + ops["dur_us"]).tolist()):
         stack = stacks.setdefault((proc, tid), [])
         while stack and stack[-1][0] + NEST_EPS_US < end:  # sorted by start: only the end decides containment
             stack.pop()

@@ -23,6 +23,7 @@ from pmdb.traces.rows import storage_edges
 from pmdb.errors import PmdbError
 from pmdb.platform import Semantics
 from pmdb.store import Store
+from pmdb.traces.gc_pause import collector_paused
 from pmdb.traces.graph import Kernel, Op, RankGraph, Stream, TraceGraph
 from pmdb.traces.phases import phase_of
 from pmdb.traces.set_rows import complete_iterations, linked_counts, load_rank_frames, trace_set_info
@@ -237,6 +238,7 @@ def _copy_waits(graphs: dict[int | None, RankGraph]) -> None:
                 break
 
 
+@collector_paused()   # rows and ops by the 10^5 (pmdb.traces.gc_pause)
 def load_graphs(store: Store, trace_set_id: int, *, pick: str = "all", detail: bool = False,
                 shapes: bool | None = None, reuse: bool = False, info: dict[str, Any] | None = None,
                 marked: dict[int, list[int]] | None = None) -> list[TraceGraph]:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from pmdb.traces.vocabulary import common, split_top_level
 from pmdb.errors import PmdbError
+from pmdb.traces.gc_pause import collector_paused
 from pmdb.store import Store
 
 JSON_COLUMNS = ("input_shapes", "output_shapes", "input_tensors", "output_tensors", "attrs")
@@ -51,6 +52,7 @@ def _decode(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+@collector_paused()   # decoded JSON values: 10^5 containers (pmdb.traces.gc_pause)
 def load_ops(store: Store, trace_id: int, columns: list[str] | None = None) -> pd.DataFrame:
     """The trace_ops rows of one trace (all columns, or ``columns``), op_id order, JSON columns decoded."""
     wanted = ", ".join(f'"{c}"' for c in columns) if columns else "* EXCLUDE (trace_id)"
@@ -63,6 +65,7 @@ def load_kernels(store: Store, trace_id: int) -> pd.DataFrame:
                        [trace_id])
 
 
+@collector_paused()
 def load_trace_set(store: Store, trace_set_id: int) -> dict[int, RankFrames]:
     """rank -> RankFrames of a trace set (traces of completed runs only)."""
     traces = store.query(
@@ -90,13 +93,16 @@ def _walk(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(is top-level op, id of the top-level op each row lies in or -1), following parent ids."""
     ids = ops["op_id"].to_numpy()
     is_op = (ops["category"] == "cpu_op").to_numpy()
-    parents = dict(zip(ids, ops["parent_id"]))
-    op_of = dict(zip(ids, is_op))
+    keys = ids.tolist()
+    # a missing parent (NA, NaN) is None: one isna over the column instead of one per step of every walk
+    parents = {k: None if gone else p for k, p, gone in zip(keys, ops["parent_id"].tolist(),
+                                                            ops["parent_id"].isna().tolist())}
+    op_of = dict(zip(keys, is_op.tolist()))
     top_of: dict[int, int] = {}
 
     def resolve(op_id: int) -> int:
         chain, seen, current, found = [], set(), op_id, -1
-        while current is not None and not pd.isna(current) and current in op_of and current not in seen:
+        while current is not None and current in op_of and current not in seen:
             if current in top_of:
                 found = top_of[current]
                 break
@@ -110,7 +116,7 @@ def _walk(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
             top_of[node] = found
         return top_of[op_id]
 
-    top = np.array([resolve(i) for i in ids], dtype=np.int64)
+    top = np.array([resolve(i) for i in keys], dtype=np.int64)
     return (top == ids) & is_op, top
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from pmdb.traces.rows import RankFrames
 from pmdb.errors import PmdbError
+from pmdb.traces.gc_pause import collector_paused
 from pmdb.store import Store
 
 # a stored tensor entry is [arg, tensor_id, storage_id, offset, numel, itemsize, device]: keep what is used
@@ -220,6 +221,7 @@ def _et(store: Store, ranges: dict[int, tuple[int, int] | None], shapes: bool,
     return out
 
 
+@collector_paused()   # decoded JSON values: 10^5 containers (pmdb.traces.gc_pause)
 def load_rank_frames(store: Store, trace_set_id: int, iterations: list[int] | None = None,
                      shapes: bool = False, tensor_sizes: bool = False) -> dict[int, RankFrames]:
     """rank -> the rows of ``iterations`` (all when None) of a trace set; ``shapes`` also reads input shapes and

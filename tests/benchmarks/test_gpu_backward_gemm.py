@@ -6,6 +6,7 @@ import gzip
 import json
 
 from harness import load_benchmark
+from pmdb.traces.gc_pause import collector_paused
 
 import pytest
 
@@ -93,7 +94,8 @@ def test_h200_every_gemm_kernel_is_paired(shared_data):
         pytest.skip(f"{path} not present")
     bench = _module()
     gpu, calls = bench.trace_calls(path, "h200")
-    events = json.load(gzip.open(path))["traceEvents"]
+    with collector_paused():   # 10^5 events: 3-4x faster than with collections
+        events = json.load(gzip.open(path))["traceEvents"]
     nodes = [e["name"][len(bench.BACKWARD_PREFIX):] for e in events if e.get("cat") == "cpu_op"
              and e["name"].startswith(bench.BACKWARD_PREFIX)]
     assert gpu == "NVIDIA H200"

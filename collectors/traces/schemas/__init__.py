@@ -45,12 +45,3 @@ def config(fmt: str, version: Any, where: str) -> dict[str, Any]:
 
 def fmt_label(fmt: str) -> str:
     return {"kineto": "Kineto trace", "et": "execution trace"}.get(fmt, fmt)
-
-
-def lookup(obj: Any, path: str) -> tuple[bool, Any]:
-    """(found, value) of a dotted path in nested dicts."""
-    for part in path.split("."):
-        if not isinstance(obj, dict) or part not in obj:
-            return False, None
-        obj = obj[part]
-    return True, obj

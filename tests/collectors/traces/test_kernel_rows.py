@@ -24,6 +24,7 @@ from pmdb.cli.collect import collect_app
 from pmdb.cli.main import main
 from pmdb.config import Workspace
 from pmdb.store import Store
+from pmdb.traces.gc_pause import collector_paused
 
 GPU = "rtx2080ti"
 WORK = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -62,7 +63,8 @@ def mined(shared_data, _cache, tmp_path_factory, mlflow_template) -> tuple[Works
 
 
 def _et_nodes(path: Path) -> dict[int, dict]:
-    return {n["id"]: n for n in json.loads(gzip.decompress(path.read_bytes()))["nodes"]}
+    with collector_paused():   # as the importer reads it: 3-4x faster than with collections
+        return {n["id"]: n for n in json.loads(gzip.decompress(path.read_bytes()))["nodes"]}
 
 
 def _shapes_and_values(node: dict) -> tuple[list, list]:

@@ -7,6 +7,7 @@ import pytest
 
 from collectors.traces.ingest import RankTraces, ingest_trace_set
 from pmdb.traces.rows import load_kernels
+from pmdb.traces.gc_pause import collector_paused
 from pmdb import platform
 
 CPU_SIDE = {"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver"}
@@ -18,7 +19,8 @@ DIRS = {"hta_alexnet": None, "hta_simple_add": "external_id", "param_linear": "o
 
 
 def _json(path):
-    return json.loads(gzip.decompress(path.read_bytes()))
+    with collector_paused():   # as the importer reads it: 3-4x faster than with collections
+        return json.loads(gzip.decompress(path.read_bytes()))
 
 
 @pytest.mark.parametrize("name", DIRS)
