@@ -4,11 +4,9 @@ it with the exact model versions and overhead version used. A request is resolve
 record (:func:`predict`); :func:`predict_trace_set` and :func:`predict_and_store` do both. Times µs."""
 from __future__ import annotations
 
-import contextlib
-import gc
 import statistics
 import time
-from typing import Any, Iterator
+from typing import Any
 
 from tqdm import tqdm
 
@@ -17,6 +15,7 @@ from pmdb.notes import say
 from pmdb.platform import Semantics
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
+from pmdb.traces.gc_pause import collector_paused
 from pmdb.traces.graph import TraceGraph
 from pmdb.traces.set_rows import complete_iterations
 from simulator import chrome_trace
@@ -60,20 +59,6 @@ def _replay(store: Store, resolved: ResolvedRequest) -> tuple[SimResult, float, 
     return single, median, len(runs), chrome_trace.replayed(graph, semantics) if resolved.request.timeline else None
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector: a prediction allocates some 10^5 short-lived containers (rows, ops),
-    and each collection they trigger walks every long-lived object of the process (torch, scikit-learn), which cost
-    more than the prediction itself. Reference counting still frees everything; the collector resumes after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def predict_trace_set(store: Store, trace_set_id: int, *, mode: str = "model", models: str = "champion",
                       target_platform: str | None = None, cache_state: str | None = None,
                       workload_run_id: str | None = None, overhead_version: int | None = None,
@@ -91,7 +76,7 @@ def predict(store: Store, resolved: ResolvedRequest) -> Prediction:
     thread count than the ground-truth workload run's give one warning line on stderr (and
     ``Prediction.warnings``). With ``timeline`` asked for, the simulated iteration is recorded op by op
     (``Prediction.iteration``, exported by :mod:`simulator.chrome_trace`)."""
-    with _collector_paused():
+    with collector_paused():   # some 10^5 short-lived containers (rows, ops)
         return _predict(store, resolved)
 
 
