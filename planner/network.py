@@ -8,14 +8,11 @@ forgets inside one domain), broadcast and reduce 1 (pipelined), point-to-point 1
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from planner.system import System
-
-if TYPE_CHECKING:
-    from planner.stacked import Collectives
 
 # kind -> (volume factor, ring steps) as functions of the group size n
 RING = {
@@ -37,30 +34,22 @@ def ring_time(kind: str, nbytes: np.ndarray, n: np.ndarray, fast: np.ndarray, sy
     n = np.asarray(n, dtype=float)
     fast = np.minimum(np.asarray(fast, dtype=float), n)
     factor, steps = RING[kind]
-    volume = factor(n) * nbytes
+    return ring_seconds(factor(n) * nbytes, steps(n), fast, fast >= n, n > 1, kind == "p2p", system)
+
+
+def ring_seconds(volume: np.ndarray, steps: np.ndarray, fast: np.ndarray, inside: np.ndarray, active: np.ndarray,
+                 p2p: np.ndarray | bool, system: System) -> np.ndarray:
+    """Seconds of ring collectives (:func:`ring_time`, or stacked ones: :class:`planner.stacked.Collectives`)
+    moving ``volume`` bytes in ``steps`` steps with ``fast`` GPUs (float, at most the group's) in one NVLink
+    domain, ``inside`` one domain, 0 where not ``active``; ``p2p``: over one link (NVLink inside a domain, this
+    GPU's NICs across domains) instead of the domain's NICs."""
     eff = system.efficiency
     intra = system.nvlink_bw * eff["nvlink"]
-    inside = fast >= n
-    if kind == "p2p":   # one link: NVLink inside a domain, this GPU's NICs across domains
-        inter = np.full_like(n, system.nic_bw * eff["network"])
-    else:
-        inter = fast * system.nic_bw * eff["network"]
+    inter = np.where(p2p, system.nic_bw * eff["network"], fast * system.nic_bw * eff["network"])
     bw = np.where(inside, intra, np.minimum(intra, inter))
     latency = np.where(inside, system.nvlink_latency_us, system.network_latency_us) * 1e-6
-    time = volume / bw + steps(n) * latency
-    return np.where(n > 1, time, 0.0)
-
-
-def stacked_ring_time(c: "Collectives", system: System) -> np.ndarray:
-    """:func:`ring_time` of stacked collectives (rows) over candidates (columns), element by element the same
-    arithmetic; seconds."""
-    eff = system.efficiency
-    intra = system.nvlink_bw * eff["nvlink"]
-    inter = np.where(c.p2p, system.nic_bw * eff["network"], c.fast * system.nic_bw * eff["network"])
-    bw = np.where(c.inside, intra, np.minimum(intra, inter))
-    latency = np.where(c.inside, system.nvlink_latency_us, system.network_latency_us) * 1e-6
-    time = c.volume / bw + c.steps * latency
-    return np.where(c.active, time, 0.0)
+    time = volume / bw + steps * latency
+    return np.where(active, time, 0.0)
 
 
 def collective_time(kind: str, nbytes: np.ndarray, n: np.ndarray, fast: np.ndarray, system: System,

@@ -15,7 +15,7 @@ import numpy as np
 
 from planner.candidates import Candidates, Framework
 from planner.costs import Comm, Op, Step
-from planner.network import CollectiveModel, collective_time, stacked_ring_time
+from planner.network import CollectiveModel, collective_time, ring_seconds
 from planner.stacked import TILE, Collectives, Stacked, stack
 from planner.system import System
 
@@ -87,14 +87,8 @@ class Timer:
     def _gemm_time(self, op: Op) -> np.ndarray:
         M, N, K, count = (np.asarray(x, dtype=float) for x in op.dims)
         M, N, K, count, launches = np.broadcast_arrays(M, N, K, count, np.asarray(op.launches, dtype=float))
-        tiles = np.ceil(M / TILE) * np.ceil(N / TILE) * count
-        waves = np.ceil(tiles / self.system.sm_count)
-        per_sm = self.matrix_rate / self.system.sm_count
-        quantised = waves * (2.0 * TILE * TILE * K) / per_sm
-        if self.wave_weight != 1.0:   # fitted: only this share of the wave-quantisation loss is real
-            exact = 2.0 * M * N * K * count / self.matrix_rate
-            quantised = exact + self.wave_weight * (quantised - exact)
-        time = launches * (quantised + self.gemm_latency)
+        time = self.roofline_gemm(np.ceil(M / TILE) * np.ceil(N / TILE) * count, 2.0 * TILE * TILE * K,
+                                  2.0 * M * N * K * count, launches)
         counts = self.usage.setdefault("gemm", {})
         if self.gemm_model is not None:
             fitted = np.asarray(self.gemm_model.gemm_time(M, N, K, count), dtype=float) * launches
@@ -105,6 +99,18 @@ class Timer:
         else:
             counts["roofline"] = counts.get("roofline", 0) + int(time.size)
         return time
+
+    def roofline_gemm(self, tiles: np.ndarray, tile_flops: np.ndarray, flops: np.ndarray, launches: np.ndarray
+                      ) -> np.ndarray:
+        """Seconds of GEMM launches of ``tiles`` 128×128 output tiles of ``tile_flops`` FLOPs each (``flops`` in
+        all) on the wave-quantised roofline."""
+        waves = np.ceil(tiles / self.system.sm_count)
+        per_sm = self.matrix_rate / self.system.sm_count
+        quantised = waves * tile_flops / per_sm
+        if self.wave_weight != 1.0:   # fitted: only this share of the wave-quantisation loss is real
+            exact = flops / self.matrix_rate
+            quantised = exact + self.wave_weight * (quantised - exact)
+        return launches * (quantised + self.gemm_latency)
 
     # ---- collectives ----------------------------------------------------------------------------------------
     def comm_time(self, comm: Comm, cands: Candidates, nbytes: np.ndarray) -> np.ndarray:
@@ -133,7 +139,7 @@ class Timer:
                                                  self.usage) for i, k in enumerate(c.kinds)])
             return np.stack([self._group_comm_time(k, c.count[i, 0], c.nbytes[i], c.n[i], c.fast[i])
                              for i, k in enumerate(c.kinds)])
-        time = stacked_ring_time(c, self.system)
+        time = ring_seconds(c.volume, c.steps, c.fast_f, c.inside, c.active, c.p2p, self.system)
         if count_usage:
             for kind, ring in zip(c.kinds, c.ring_counts):
                 self.count_ring(kind, ring)
@@ -195,13 +201,7 @@ class Timer:
         compute[s.vector_rows] = s.vector_flops / self.vector_rate
         compute[s.flash_rows] = s.flash_flops / self.flash_rate
         if len(s.gemm_rows):
-            waves = np.ceil(s.tiles / self.system.sm_count)
-            per_sm = self.matrix_rate / self.system.sm_count
-            quantised = waves * s.tile_flops / per_sm
-            if self.wave_weight != 1.0:   # as _gemm_time
-                exact = s.gemm_flops / self.matrix_rate
-                quantised = exact + self.wave_weight * (quantised - exact)
-            compute[s.gemm_rows] = s.gemm_launches * (quantised + self.gemm_latency)
+            compute[s.gemm_rows] = self.roofline_gemm(s.tiles, s.tile_flops, s.gemm_flops, s.gemm_launches)
         bound = compute >= memory
         overhead = s.launches * self.overhead
         return tuple(np.add.accumulate(x, axis=0)[-1]   # type: ignore[return-value]
