@@ -7,4 +7,4 @@ SELECT prediction_id, platform, family, workload, world_size, batch_size, sharde
        round(100 * rel_error, 2) AS error_pct, round(100 * baseline_rel_error, 2) AS baseline_error_pct,
        in_sample, self_priced
 FROM v_prediction_errors
-ORDER BY platform, family, workload, world_size, batch_size, mode, model_set_id;
+ORDER BY platform, family, workload, world_size, batch_size, mode, model_set_id, prediction_id;  -- ties: oldest first

@@ -146,6 +146,10 @@ def test_e2e_error_views_on_known_numbers(store):
     assert side["error_b_pct"].tolist() == pytest.approx([20.0, 20.0, 20.0])
     vs = store.query((QUERIES / "prediction_vs_baseline.sql").read_text())
     assert len(vs) == 7
+    keys = ["platform", "family", "workload", "world_size", "batch_size", "mode", "model_set_id"]
+    assert vs.duplicated(keys).any()                     # ties: the three DLRM runs of one model set
+    ordered = vs.sort_values([*keys, "prediction_id"], kind="stable")
+    assert vs["prediction_id"].tolist() == ordered["prediction_id"].tolist()   # ties in the order they were made
     assert set(vs["baseline_ms"]) == {0.1}
     e2e = store.query((QUERIES / "e2e_errors.sql").read_text())
     assert len(e2e) == 3
