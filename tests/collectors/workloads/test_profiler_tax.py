@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from collectors.workloads.profile import kineto_profiler
-from collectors.workloads.profiler_tax import _top, measure_case, rebuilt_us, samples
+from collectors.workloads.profiler_tax import T1_MAX_US, _top, measure_case, rebuilt_us, samples
 
 
 def _linear_events(calls: int = 20):
@@ -22,14 +22,17 @@ def test_samples_tile_the_profiled_span_as_the_overheads_cut_it():
     groups = samples(events)
     tops = sorted((e for e in events if _top(e)), key=lambda e: e.time_range.start)
     assert [e.name for e in tops] == ["aten::linear"] * 20
-    assert len(groups[("aten::linear", "T1")]) == 19          # a gap before every top-level op but the first
+    gaps = [b.time_range.start - a.time_range.end for a, b in zip(tops, tops[1:])]
+    long = [gap for gap in gaps if gap >= T1_MAX_US]   # a stall of a loaded host (a CI run had one): not a T1
+    assert len(long) <= 9
+    assert len(groups[("aten::linear", "T1")]) == 19 - len(long)   # a gap before every top-level op but the first
     assert len(groups[("aten::linear", "T2")]) == 20 and len(groups[("aten::linear", "T3")]) == 20
     leaves = {name for (name, kind), values in groups.items() if kind == "T5" and not
               any(e.name == name and e.cpu_children for e in events)}
     assert leaves and "aten::linear" not in leaves
     # op = T2 + children + T5 gaps + T3 and a leaf = its T5: the raw samples add up to the span of the top-level
-    # ops (their durations plus the T1 gaps between them), exactly
-    span = tops[-1].time_range.end - tops[0].time_range.start
+    # ops (their durations plus the T1 gaps between them, less any stall over T1_MAX_US), exactly
+    span = tops[-1].time_range.end - tops[0].time_range.start - sum(long)
     assert sum(sum(v) for v in groups.values()) == pytest.approx(span, rel=1e-9, abs=1e-6)
     assert 0 < rebuilt_us(groups) <= span * 1.5
 
