@@ -75,8 +75,13 @@ def collective_time(kind: str, nbytes: np.ndarray, n: np.ndarray, fast: np.ndarr
             time[inside] = picked
             used[np.flatnonzero(inside)[ok]] = True
     if usage is not None:
-        counts = usage.setdefault(kind, {})
-        active = n > 1
-        counts["calibrated"] = counts.get("calibrated", 0) + int(used.sum())
-        counts["ring"] = counts.get("ring", 0) + int((active & ~used).sum())
+        count_usage(usage, kind, int(used.sum()), int(((n > 1) & ~used).sum()))
     return time
+
+
+def count_usage(usage: dict[str, dict[str, int]], kind: str, calibrated: int, ring: int) -> None:
+    """Add to ``usage`` (kind -> source -> evaluations) the collectives of ``kind`` a calibrated model and the ring
+    formula priced."""
+    counts = usage.setdefault(kind, {})
+    counts["calibrated"] = counts.get("calibrated", 0) + calibrated
+    counts["ring"] = counts.get("ring", 0) + ring

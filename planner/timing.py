@@ -15,7 +15,7 @@ import numpy as np
 
 from planner.candidates import Candidates, Framework
 from planner.costs import Comm, Op, Step
-from planner.network import CollectiveModel, collective_time, ring_seconds
+from planner.network import CollectiveModel, collective_time, count_usage, ring_seconds
 from planner.stacked import TILE, Collectives, Stacked, stack
 from planner.system import System
 
@@ -89,15 +89,15 @@ class Timer:
         M, N, K, count, launches = np.broadcast_arrays(M, N, K, count, np.asarray(op.launches, dtype=float))
         time = self.roofline_gemm(np.ceil(M / TILE) * np.ceil(N / TILE) * count, 2.0 * TILE * TILE * K,
                                   2.0 * M * N * K * count, launches)
-        counts = self.usage.setdefault("gemm", {})
         if self.gemm_model is not None:
             fitted = np.asarray(self.gemm_model.gemm_time(M, N, K, count), dtype=float) * launches
             ok = np.isfinite(fitted)
             time = np.where(ok, fitted, time)
+            counts = self.usage.setdefault("gemm", {})
             counts["calibrated"] = counts.get("calibrated", 0) + int(ok.sum())
             counts["roofline"] = counts.get("roofline", 0) + int((~ok).sum())
         else:
-            counts["roofline"] = counts.get("roofline", 0) + int(time.size)
+            self._count_roofline_gemms(int(time.size))
         return time
 
     def roofline_gemm(self, tiles: np.ndarray, tile_flops: np.ndarray, flops: np.ndarray, launches: np.ndarray
@@ -151,9 +151,7 @@ class Timer:
 
     def count_ring(self, kind: str, evaluations: int) -> None:
         """Usage of ``evaluations`` collectives of ``kind`` the ring formula priced (as collective_time counts)."""
-        counts = self.usage.setdefault(kind, {})
-        counts["calibrated"] = counts.get("calibrated", 0)
-        counts["ring"] = counts.get("ring", 0) + evaluations
+        count_usage(self.usage, kind, 0, evaluations)
 
     # ---- a list of steps --------------------------------------------------------------------------------------
     def block(self, steps: list[Step] | Stacked, cands: Candidates, inv: np.ndarray) -> Parts:

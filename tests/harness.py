@@ -185,20 +185,14 @@ def parsed_gpu_trace(tmp_path_factory: Any, name: str, *, et: bool = True) -> li
     instead of the files), once per test run (:func:`built_once`; param_resnet's pair takes ~3 s of CPU, param_linear's
     ~1.1 s, loading the result ~0.8 and ~0.05 s): a fresh copy per call. Parsing itself is tested where a test imports
     the files (tests/collectors/traces)."""
-    import dataclasses
     import pickle
 
     from collectors.traces.ingest import RankTraces, parse_ranks
 
     folder = SHARED_DATA / "traces" / "gpu" / name
 
-    def build(out: Path) -> None:
+    def build(out: Path) -> None:   # the importer keeps each file's bytes, not its decoded JSON: small to pickle
         parsed = parse_ranks([RankTraces(0, folder / "kineto.json.gz", folder / "et.json.gz" if et else None)])
-        for rank in parsed:   # the JSON documents are parsed into rows already: only their bytes are stored
-            if rank.kineto_file is not None:
-                rank.kineto_file = dataclasses.replace(rank.kineto_file, doc=None)
-            if rank.et_file is not None:
-                rank.et_file = dataclasses.replace(rank.et_file, doc=None)
         (out / "ranks.pickle").write_bytes(pickle.dumps(parsed, protocol=pickle.HIGHEST_PROTOCOL))
     built = built_once(tmp_path_factory, f"parsed_{name}" + ("" if et else "_kineto_only"), build)
     return pickle.loads((built / "ranks.pickle").read_bytes())
