@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpu_node_diagnosis import run_diagnosis  # noqa: E402
-from pmdb_commands import Commands, new_workspace, workspace_parser  # noqa: E402
+from pmdb_commands import Commands, host_line, new_workspace, workspace_parser  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 V100, L4, LENDER = "tesla-v100-pcie-32gb", "nvidia-l4", "nvidia-h200"
@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     results = sql(home, "SELECT e.platform, e.workload, e.batch_size, e.predicted_fw_us, e.measured_fw_us, "
                         "e.predicted_bw_us, e.measured_bw_us, e.predicted_step_us, e.measured_step_us, "
                         "e.step_rel_error, e.fw_rel_error, e.bw_rel_error, CAST(p.unmodelled AS VARCHAR) AS unmodelled, "
-                        "o.platform AS lender, p.device_active_us, CAST(p.per_rank AS VARCHAR) AS per_rank "
+                        "o.platform AS lender, p.device_active_us, CAST(p.per_rank AS VARCHAR) AS per_rank, "
+                        "p.predicted_us AS iteration_us, p.range_low_us, p.range_high_us, "
+                        "CAST(p.range_detail AS VARCHAR) AS range_detail "
                         "FROM v_phase_errors e JOIN predictions p USING (prediction_id) "
                         "LEFT JOIN overhead_versions o ON o.overhead_version = p.overhead_version "
                         "ORDER BY e.platform DESC, e.workload, e.batch_size", log)
@@ -143,7 +145,7 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
            diagnoses: list[str]) -> str:
     """The Markdown results file."""
     lines = [f"# GPU training steps predicted without a GPU — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
-             f"Machine: {os.cpu_count()} cores, load average before {load_before[0]:.2f} / after "
+             f"Machine: {host_line()}, load average before {load_before[0]:.2f} / after "
              f"{os.getloadavg()[0]:.2f}; whole benchmark {wall_s / 60:.1f} min. Ground truth: NeuSight's labels "
              f"(fw = model call, bw = loss.backward(), step = fw + bw; mean of the 5 fastest of 25). Kernel models "
              f"fitted on the NeuSight kernel tables only (V100: its own tables; L4: cross-GPU models from the five "
@@ -178,12 +180,41 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
         lines.append(f"| {r['platform']} | {r['workload']} b{r['batch_size']} | "
                      f"{'-' if host is None else f'{host:.1f}'} | {device:.1f} | {bound} | "
                      f"{r['measured_step_us'] / 1e3:.1f} |")
+    lines += ["", *_ranges(results)]
     lines += ["", "## Per-op diagnosis (pmdb's device time per node kind against the label's per-node breakdown; "
               "layer-0 nodes times num_layer; diagnosis only, never fitted on)", "", *diagnoses]
     lines += ["", "Shape-only captures (this machine, wall time of the whole command):", ""]
     lines += [f"- {m} batch {b} seq {s}: {t:.1f} s" for (m, s, b), t in capture_s.items()]
     lines += ["", "Steps:", "", "| command | s |", "|---|---|", *log, ""]
     return "\n".join(lines)
+
+
+def _ranges(results: list[dict]) -> list[str]:
+    """The spec-only range of each prediction that has one (`pmdb predict` prints it; simulator/cross_gpu_range.py):
+    the step with the cross-GPU priced kernels as far off as on each held-out source GPU, scaled from the simulated
+    iteration to the step (fw + bw), and whether the label's step lies within it."""
+    out = ["Spec-only range: the step again with the cross-GPU priced kernels as far off as they were on each source "
+           "GPU when it was left out (measured over predicted kernel time, summed; `pmdb fit cross-gpu`); lowest and "
+           "highest of the prediction and those steps. Judged here only, never chosen by these labels.", "",
+           "| GPU | run | pmdb step ms | range ms | label step ms | label within | cross-GPU priced work | "
+           "step per held-out GPU ms |", "|---|---|---|---|---|---|---|---|"]
+    covered = []
+    for r in results:
+        if r.get("range_low_us") is None or not r.get("iteration_us"):
+            continue
+        scale = r["predicted_step_us"] / r["iteration_us"] / 1e3
+        low, high, label = r["range_low_us"] * scale, r["range_high_us"] * scale, r["measured_step_us"] / 1e3
+        detail = json.loads(r["range_detail"]) if r.get("range_detail") else {}
+        per_gpu = ", ".join(f"{g} {us * scale:.0f}" for g, us in sorted((detail.get("per_gpu_us") or {}).items(),
+                                                                         key=lambda kv: kv[1]))
+        within = low <= label <= high
+        covered.append(within)
+        out.append(f"| {r['platform']} | {r['workload']} b{r['batch_size']} | {r['predicted_step_us'] / 1e3:.1f} | "
+                   f"{low:.0f}-{high:.0f} | {label:.1f} | {'yes' if within else 'no'} | "
+                   f"{100 * (detail.get('priced_share') or 0.0):.0f}% | {per_gpu} |")
+    if not covered:
+        return ["Spec-only range: no prediction here was priced by cross-GPU models with held-out ratios."]
+    return out + ["", f"- the label's step within the range: {sum(covered)} of {len(covered)} runs"]
 
 
 def _met(r: dict, target: float) -> bool:

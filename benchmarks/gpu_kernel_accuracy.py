@@ -189,7 +189,8 @@ def cross_gpu(store, gpus: list[str], seed: int, max_rows: int | None, log,
     for (fam, gpu), (p, t) in preds.items():
         value, n = gmae(p, t)
         shown, n_shown = gmae(*observed[(fam, gpu)])
-        rows.append({"family": fam, "held_out": gpu, "gmae": value, "n": n,
+        ratio = float(np.sum(np.concatenate(t)) / np.sum(np.concatenate(p)))
+        rows.append({"family": fam, "held_out": gpu, "gmae": value, "n": n, "ratio": ratio,
                      "latency_gmae": gmae(*latency[(fam, gpu)])[0], "shown_gmae": shown, "n_shown": n_shown})
     return pd.DataFrame(rows), pd.DataFrame(used)
 
@@ -213,6 +214,16 @@ def cross_table(b: pd.DataFrame, column: str) -> str:
     shown["target"] = f"< {100 * CROSS_TARGET:g}"
     shown["met (every GPU)"] = ["yes" if (wide.loc[f].dropna() < CROSS_TARGET).all() else "**no**"
                                 for f in wide.index]
+    return md_table(shown.reindex([f for f in FAMILIES if f in shown.index]).reset_index())
+
+
+def ratio_table(b: pd.DataFrame) -> str:
+    """Per (op family, held-out GPU): its rows' measured device time summed over the predicted, the spread
+    `pmdb predict` turns into a spec-only range (simulator/cross_gpu_range.py; there per op, here per family)."""
+    wide = b.pivot(index="family", columns="held_out", values="ratio")
+    wide = wide[[g for g in ("p4", "p100", "t4", "v100", "a100") if g in wide.columns]]
+    shown = wide.map(lambda v: "–" if v != v else f"{v:.2f}")
+    shown["lowest-highest"] = [f"{wide.loc[f].min():.2f}-{wide.loc[f].max():.2f}" for f in wide.index]
     return md_table(shown.reindex([f for f in FAMILIES if f in shown.index]).reset_index())
 
 
@@ -274,6 +285,9 @@ def markdown(args, machine: dict, timing: dict, counts: pd.DataFrame, a: pd.Data
                   "**Single-call latency** (the prediction put back on the held-out table's own host: max(F, c + d); "
                   "the quantity the models were fitted and scored on before, see History):", "",
                   cross_table(b, "latency_gmae"), "",
+                  "**Measured over predicted, summed** (each held-out GPU's device time over what the others' "
+                  "model predicted for the same rows; a GPU's level, which its sheet does not tell: > 1 ran "
+                  "slower than predicted):", "", ratio_table(b), "",
                   "The `a100` conv column is the A100 80GB PCIe table (the A100-PCIE-40GB has no conv table). "
                   "Rows per op (after the optional `--max-rows` sample per GPU):", "",
                   md_table(used[["op", "family", "gpus", "rows"]]), ""]

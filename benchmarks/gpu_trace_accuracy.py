@@ -50,7 +50,8 @@ def _prediction(home: Path, log: list[str]) -> dict:
     (row,) = sql(home, "SELECT p.prediction_id, p.mode, p.predicted_us, p.measured_us, p.overhead_version, "
                        "p.baseline_us, v.platform AS overheads_of, v.params::VARCHAR AS overhead_params, "
                        "p.unmodelled::VARCHAR AS unmodelled, p.measured_ops, p.device_active_us, "
-                       "p.per_rank::VARCHAR AS per_rank FROM predictions p "
+                       "p.per_rank::VARCHAR AS per_rank, p.range_low_us, p.range_high_us, "
+                       "p.range_detail::VARCHAR AS range_detail FROM predictions p "
                        "LEFT JOIN v_overhead_versions v USING (overhead_version) "
                        "ORDER BY p.prediction_id DESC LIMIT 1", log)
     row["families"] = sql(home, "SELECT v.family, count(*) AS versions, sum(m.ops_predicted) AS ops "
@@ -194,6 +195,20 @@ def _notes(output: str) -> list[str]:
     return [n for n in notes if n != "|"]
 
 
+def _range_line(row: dict, truth_ms: float) -> str:
+    """The cross-GPU prediction's spec-only range (simulator/cross_gpu_range.py) against the unprofiled step."""
+    if row.get("range_low_us") is None:
+        return "Spec-only range of the cross-GPU prediction: none (no cross-GPU model with held-out ratios)."
+    low, high = row["range_low_us"] / 1e3, row["range_high_us"] / 1e3
+    detail = json.loads(row["range_detail"]) if row.get("range_detail") else {}
+    per_gpu = ", ".join(f"{g} {us / 1e3:.1f}" for g, us in sorted((detail.get("per_gpu_us") or {}).items(),
+                                                                   key=lambda kv: kv[1]))
+    return (f"Spec-only range of the cross-GPU prediction (`pmdb predict` prints it: the step again with the "
+            f"cross-GPU priced kernels, {100 * (detail.get('priced_share') or 0.0):.0f}% of the work, as far off as "
+            f"on each source GPU when it was left out): {low:.1f}-{high:.1f} ms; the unprofiled {truth_ms:.2f} ms "
+            f"is {'within' if low <= truth_ms <= high else 'OUTSIDE'} it. Per held-out GPU (ms): {per_gpu}.")
+
+
 def render(tset: dict, import_s: float, imported: str, replay: dict, cross: dict, insample: dict, by_models: dict,
            mined: list[dict], unprofiled_ms: float, outputs: list[str], log: list[str], load_before: tuple,
            wall_s: float, fitted: list[dict], skipped: list[str]) -> str:
@@ -220,7 +235,7 @@ def render(tset: dict, import_s: float, imported: str, replay: dict, cross: dict
         lines.append(f"| {label} | {row['predicted_us'] / 1e3:.2f} | {row['measured_us'] / 1e3:.2f} | {truth} | "
                      f"{err:+.2f}% | {verdict} | {table} | "
                      f"{_families(row) if row['mode'] == 'model' else '-'} |")
-    lines += ["", _overhead_origin(cross, replay["baseline_us"], unprofiled_ms)]
+    lines += ["", _range_line(cross, unprofiled_ms), "", _overhead_origin(cross, replay["baseline_us"], unprofiled_ms)]
     labels = ("cross-GPU", "in-sample, mined kernels", "in-sample, fitted models")
     lines += ["", f"Where the model-mode time goes (stored per-rank result; the kernels of the replayed iteration sum "
               f"to {replay['baseline_us'] / 1e3:.2f} ms, the unprofiled step is {unprofiled_ms:.2f} ms):", ""]

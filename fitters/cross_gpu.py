@@ -525,6 +525,7 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
     registry = Registry(workspace)
     results: list[dict[str, Any]] = []
     notes: list[str] = []
+    spreads: dict[str, tuple[float, float]] = {}   # op -> (lowest, highest) held-out measured / predicted
     say = options.progress or (lambda _message: None)
     args = {"target": options.target, "ops": ops, "sources": sources, "seed": options.seed,
             "max_rows_per_gpu": options.max_rows_per_gpu}
@@ -564,7 +565,11 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
                 test_ids = test.measurement_id.astype(int).tolist()
             elif options.logo:
                 say(f"{op}: leave-one-GPU-out over {len(set(train.gpu))} sources")
-                logo = leave_one_gpu_out(train, options.seed)
+                held: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+                logo = leave_one_gpu_out(train, options.seed, predictions=held)
+                model.info = {**model.info, "logo_ratio": logo_ratios(held)}
+                if model.info["logo_ratio"]:
+                    spreads[op] = (min(model.info["logo_ratio"].values()), max(model.info["logo_ratio"].values()))
                 record_metrics = _pooled(logo)
                 histogram, how, n_test = {}, "leave-one-GPU-out over the sources", int(record_metrics.get("n", 0))
                 record_metrics["per_gpu_gmae"] = {g: m["gmae"] for g, m in logo.items()}
@@ -576,7 +581,8 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
             hashed = data_hash(pd.Series(train.measurement_id), train.params, train.times_us)
             split = {"test": how, "sources": sources, "id_column": "measurement_id",
                      "train_ids": train.measurement_id.astype(int).tolist(), "test_ids": test_ids,
-                     **({"logo_gmae": per_gpu} if per_gpu else {})}
+                     **({"logo_gmae": per_gpu} if per_gpu else {}),
+                     **({"logo_ratio": model.info["logo_ratio"]} if model.info.get("logo_ratio") else {})}
             record = VersionRecord(kernel_model_name(options.target, op, "fwd", "torch", data.dtype, "device"),
                                    options.target, op, "cross_gpu", pass_="fwd", implementation="torch",
                                    dtype=data.dtype, cache_state="device")
@@ -598,7 +604,16 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
         run.summary = {"versions": len(results), "sources": sources, "notes": notes}
     frame = pd.DataFrame(results)
     frame.attrs["sources"] = sources
+    frame.attrs["logo_ratio_spread"] = spreads
     return frame, notes
+
+
+def logo_ratios(held: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
+    """Per held-out GPU, its kernels' measured time summed over what the model trained without it predicted for them
+    ({gpu: sum measured / sum predicted}; > 1: that GPU ran slower than predicted). A step is a sum of kernels, so
+    this is how far a step's cross-GPU priced work would have been off on that GPU (large kernels weigh most)."""
+    return {gpu: float(np.sum(measured) / np.sum(predicted)) for gpu, (predicted, measured) in sorted(held.items())
+            if np.sum(predicted) > 0 and np.isfinite(np.sum(measured) / np.sum(predicted))}
 
 
 def _has_rows(store: Store, platform: str, op: str, pass_: str) -> bool:

@@ -1,7 +1,8 @@
 """Stored predictions as MLflow runs (``pmdb predict --log-mlflow``), one per prediction in the experiment
 ``pmdb-predictions``: tags prediction_id, trace_set_id, the store's run, mode, platforms, the model selection and
 overhead version; metrics predicted_ms, measured_ms, error_pct (signed, of measured), abs_error_pct, baseline_ms,
-isolated_ms, elapsed_s. Read back from the store, so what MLflow shows is what was stored.
+isolated_ms, elapsed_s, and for a GPU known by its spec sheet only range_low_ms / range_high_ms (its spec-only range,
+:mod:`simulator.cross_gpu_range`). Read back from the store, so what MLflow shows is what was stored.
 
 Opt-in: logging adds about 1.7 s (loading MLflow and its store; measured 2.6 s against 0.9 s for a replay prediction
 of an imported trace), so predict imports no MLflow unless asked."""
@@ -15,7 +16,8 @@ from pmdb.store import Store
 
 _COLUMNS = ("prediction_id, run_id, trace_set_id, workload_run_id, source_platform, target_platform, mode, model_set, "
             "selection_spec, selection_cache_state, selection_digest, overhead_version, predicted_us, isolated_us, "
-            "baseline_us, measured_us, elapsed_s, iterations, selection_kernels, measurements_upto, measured_ops")
+            "baseline_us, measured_us, elapsed_s, iterations, selection_kernels, measurements_upto, measured_ops, "
+            "range_low_us, range_high_us")
 
 
 def _ms(us: Any) -> float | None:
@@ -50,7 +52,8 @@ def prediction_records(store: Store, prediction_ids: list[int]) -> list[Any]:
                      "error_pct": None if error is None else 100.0 * error,
                      "abs_error_pct": None if error is None else 100.0 * abs(error),
                      "baseline_ms": _ms(row.baseline_us), "isolated_ms": _ms(row.isolated_us),
-                     "elapsed_s": row.elapsed_s}))
+                     "elapsed_s": row.elapsed_s, "range_low_ms": _ms(row.range_low_us),
+                     "range_high_ms": _ms(row.range_high_us)}))
     return out
 
 

@@ -14,6 +14,7 @@ from pmdb.traces.graph import TraceGraph
 from pmdb.traces.phases import PHASES
 from simulator import chrome_trace
 from simulator import semantics as sem_mod
+from simulator.cross_gpu_range import SpecRange, spec_range
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, TimedOp, simulate, steady_period
 from simulator.measured_shapes import MEASURED, ShapeMedians, check_kernels
@@ -55,6 +56,7 @@ class Simulated:
     phases: dict[str, float] = field(default_factory=dict)  # phase -> its ops alone from an idle machine (µs)
     iteration: chrome_trace.SimulatedIteration | None = None  # every op's place, when asked for (--export-trace)
     measured_ops: int = 0         # ops priced by the measurement of their exact shape (--kernels measured)
+    spec_range: SpecRange | None = None   # cross-GPU priced kernels as far off as on each held-out GPU
 
 
 class PredictionSession:
@@ -151,9 +153,16 @@ class PredictionSession:
         used = [ModelUse(n, v, c) for (n, v), c in sorted(timing.usage.models.items())]
         phases = {phase: simulate(ops, engine).predicted_us
                   for phase, ops in phase_programs(graph, programs).items()}
+
+        def step_of(factors: dict[int, float]) -> float:
+            moved = timing.rescaled(graph, factors)
+            return steady_period(moved, engine, simulate(moved, engine))
+
+        span = spec_range(self.models, timing.priced_by, timing.op_times, step_of)
         return Simulated(result, steady_period(programs, engine, result), used,
                          timing.usage.unmodelled(graph.measured_us, timing.work_us),
-                         self.models.selection.sharing_core(shared), phases, iteration, timing.usage.measured)
+                         self.models.selection.sharing_core(shared), phases, iteration, timing.usage.measured,
+                         span)
 
     def prediction(self, graph: TraceGraph, embedding: EmbeddingStats, *, source_platform: str,
                    trace_set_id: int = -1, threads: int | None = None, measured_us: float | None = None,
@@ -168,4 +177,4 @@ class PredictionSession:
                           models=run.models, overhead_version=self.overheads.version,
                           model_selection=run.selection, unmodelled=run.unmodelled, phases_us=run.phases,
                           elapsed_s=time.perf_counter() - started, iteration=run.iteration,
-                          measured_ops=run.measured_ops)
+                          measured_ops=run.measured_ops, spec_range=run.spec_range)

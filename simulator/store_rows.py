@@ -10,6 +10,7 @@ import pandas as pd
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.traces.set_rows import trace_set_info
+from simulator.cross_gpu_range import SpecRange
 from simulator.engine import SimResult
 from simulator.model_set import ModelSelection
 from simulator.semantics import RULES_VERSION
@@ -50,6 +51,7 @@ class Prediction:
     phases_us: dict[str, float] = field(default_factory=dict)  # model mode: fw / bw / optimizer ops alone (µs)
     iteration: Any = None  # the simulated iteration op by op, when recorded (simulator.chrome_trace; not stored)
     measured_ops: int = 0  # model mode: ops priced by the measured median of their exact shape (--kernels measured)
+    spec_range: SpecRange | None = None  # spec-only GPU: the step as far off as on each held-out source GPU
 
     @property
     def model_set(self) -> str | None:
@@ -93,6 +95,14 @@ def _selection_columns(selection: ModelSelection | None) -> dict[str, Any]:
             "selection_kernels": selection.kernels, "measurements_upto": selection.measurements_upto}
 
 
+def _range_columns(pred: Prediction) -> dict[str, Any]:
+    """The ``range_*`` columns of a prediction row (migration 0019); none without a spec-only range."""
+    if pred.spec_range is None:
+        return {}
+    low, high = pred.spec_range.bounds(pred.predicted_us)
+    return {"range_low_us": low, "range_high_us": high, "range_detail": pred.spec_range.to_json()}
+
+
 def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
     """Insert the prediction and its model versions; returns the prediction id."""
     res = pred.result
@@ -109,6 +119,7 @@ def store_prediction(store: Store, run_id: str, pred: Prediction) -> int:
             "iterations": pred.iterations, "elapsed_s": pred.elapsed_s, "rules_version": RULES_VERSION,
             "measured_ops": pred.measured_ops if pred.mode == "model" else None,
             "self_priced_share": pred.self_priced_share,
+            **_range_columns(pred),
             **{f"predicted_{phase}_us": us for phase, us in pred.phases_us.items()}}, returning="prediction_id")
         for use in pred.models:
             store.insert_one("prediction_models", {"prediction_id": prediction_id, "name": use.name,

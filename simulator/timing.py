@@ -91,6 +91,17 @@ class Usage:
         return sorted(out, key=lambda r: (-(r["measured_share"] or 0.0), -(r["predicted_share"] or 0.0)))
 
 
+def _collective_sizes(graph: TraceGraph) -> dict[int, float]:
+    """The k-th collective's message size (bytes): the largest over the ranks."""
+    sizes: dict[int, float] = {}
+    for rg in graph.ranks:
+        for k, i in enumerate(rg.collectives()):
+            size = rg.ops[i].comm_bytes
+            if not math.isnan(size):
+                sizes[k] = max(sizes.get(k, 0.0), size)
+    return sizes
+
+
 class ModelTiming:
     """Turns TraceGraphs into timed programs with a platform's models and overheads."""
 
@@ -117,6 +128,12 @@ class ModelTiming:
         self.priced_by: dict[int, str] = {}  # id(op) -> what priced it: 'name:version', 'roofline', ...
         self.trace_set_id: int | None = None  # of the graph priced (rows mined from it price 'mined-self')
         self._comm: dict[tuple[tuple[str, int], float], float] = {}
+        self._waits: tuple[TraceGraph, list[dict[int, float]]] | None = None   # (graph, its external waits)
+
+    @property
+    def op_times(self) -> dict[int, float]:
+        """id(op) -> its priced device (GPU) or thread (CPU) time, µs, of the graph last priced."""
+        return self._time
 
     @property
     def work_us(self) -> float:
@@ -426,17 +443,29 @@ class ModelTiming:
                 if not op.is_collective:
                     self._collect(op, rank, rows)
         self._predict(rows, len(graph.ranks) if self.sync_host else 1)
-        sizes: dict[int, float] = {}
-        for rg in graph.ranks:
-            for k, i in enumerate(rg.collectives()):
-                size = rg.ops[i].comm_bytes
-                if not math.isnan(size):
-                    sizes[k] = max(sizes.get(k, 0.0), size)
-        self._predict_collectives(graph, sizes)
+        self._predict_collectives(graph, _collective_sizes(graph))
+        return self._assemble(graph)
+
+    def rescaled(self, graph: TraceGraph, factors: dict[int, float]) -> list[list[TimedOp]]:
+        """The programs of ``graph``, priced before by :meth:`programs`, with the device time of each op ``id(op)``
+        of ``factors`` multiplied by its factor; the pricing and its usage are left as they were."""
+        saved_time, saved_usage = self._time, self.usage
+        self._time = {key: us * factors.get(key, 1.0) for key, us in saved_time.items()}
+        self.usage = Usage()
+        try:
+            return self._assemble(graph)
+        finally:
+            self._time, self.usage = saved_time, saved_usage
+
+    def _assemble(self, graph: TraceGraph) -> list[list[TimedOp]]:
+        """Per rank, the timed program of the priced ops (:attr:`_time`, collectives from :attr:`_comm`)."""
+        sizes = _collective_sizes(graph)
         by_index = [{i: sizes.get(k, float("nan")) for k, i in enumerate(rg.collectives())} for rg in graph.ranks]
         build = self._cpu_program if self.sync_host else self._gpu_program
         programs = [build(graph, r, by_index[r]) for r in range(len(graph.ranks))]
-        for program, waits in zip(programs, self._external_waits(graph) if not self.sync_host else []):
+        if self._waits is None or self._waits[0] is not graph:   # a replay of the trace: once per graph
+            self._waits = (graph, self._external_waits(graph) if not self.sync_host else [])
+        for program, waits in zip(programs, self._waits[1]):
             for index, wait_us in waits.items():
                 program[index].external_us, program[index].external_by = wait_us, "trace (traced wait)"
                 self.usage.external_us += wait_us

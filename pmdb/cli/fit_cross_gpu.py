@@ -9,6 +9,7 @@ import typer
 from pmdb import platform as platforms
 from pmdb.cli.common import open_store, render, workspace
 from pmdb.errors import PmdbError
+from pmdb.notes import wrapped
 
 
 def cross_gpu(ctx: typer.Context,
@@ -45,6 +46,11 @@ def cross_gpu(ctx: typer.Context,
            .rename(columns={"gmae_pct": "gmae_%"}))
     typer.echo(f"{len(results)} model versions registered on {target}, learned from "
                f"{', '.join(results.attrs.get('sources', []))}")
+    spreads = results.attrs.get("logo_ratio_spread") or {}
+    if spreads:
+        typer.echo(wrapped("measured over predicted kernel time on each source GPU left out: "
+                           + ", ".join(f"{o} {lo:.2f}-{hi:.2f}" for o, (lo, hi) in spreads.items())
+                           + f"; `pmdb predict --target-platform {target}` prints the range this puts the step in"))
 
 
 HELP = ("Fit cross-GPU kernel models (utilisation under the wave roofline, after NeuSight) on the GPUs with kernel "

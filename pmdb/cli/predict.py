@@ -52,9 +52,14 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
         "baseline_ms": round(res.baseline_us / 1000, 3), "device_active_ms": round(res.device_active_us / 1000, 3),
         "comm_only_pct": round(100 * res.comm_unoverlapped_frac, 2), "models": len(pred.models),
         "overhead_version": pred.overhead_version, "elapsed_s": round(pred.elapsed_s, 3)}])
+    if pred.spec_range is not None and fmt != "table":
+        low, high = pred.spec_range.bounds(pred.predicted_us)
+        summary["range_low_ms"], summary["range_high_ms"] = round(low / 1000, 3), round(high / 1000, 3)
     render(summary, fmt)
     if fmt != "table":
         return
+    if pred.spec_range is not None:
+        typer.echo("\n" + wrapped(_range_text(pred)))
     ranks = pd.DataFrame([{"rank": r.rank, "predicted_ms": round(r.predicted_us / 1000, 3),
                            "cpu_ms": round(r.cpu_us / 1000, 3), "compute_busy_ms": round(r.compute_busy_us / 1000, 3),
                            "comm_busy_ms": round(r.comm_busy_us / 1000, 3),
@@ -78,6 +83,23 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
                 frame[column] = frame[column].map(lambda v: "-" if v is None or pd.isna(v) else f"{100 * v:.1f}%")
         frame["op"] = frame["op"].str.replace("autograd::engine::evaluate_function: ", "bw: ", regex=False).str[:40]
         render(frame.head(15))
+
+
+def _range_ms(pred: Prediction) -> str | None:
+    if pred.spec_range is None:
+        return None
+    low, high = pred.spec_range.bounds(pred.predicted_us)
+    return f"{low / 1000:.3f}-{high / 1000:.3f}"
+
+
+def _range_text(pred: Prediction) -> str:
+    """One paragraph: the spec-only range and where each held-out GPU's error puts the step."""
+    span = pred.spec_range
+    low, high = span.bounds(pred.predicted_us)
+    gpus = ", ".join(f"{gpu} {us / 1000:.1f}" for gpu, us in sorted(span.per_gpu.items(), key=lambda kv: kv[1]))
+    return (f"range {low / 1000:.3f}-{high / 1000:.3f} ms: {pred.target_platform} is known by its spec sheet "
+            f"only. The cross-GPU models that priced {100 * span.priced_share:.0f}% of the work were off on each "
+            f"GPU they left out in testing; with each such GPU's error applied, the step is (ms): {gpus}")
 
 
 def predict(ctx: typer.Context,
@@ -249,10 +271,12 @@ def _predict_all(store: Any, request: PredictionRequest, fmt: str) -> list[int]:
     with store.run("predict", platform, {"all": True, **request.options()}) as run:
         done, warnings = predict_each(store, run.run_id, todo, sessions)
         run.summary = {"predictions": len(done), "warnings": warnings}
+    ranged = any(pred.spec_range is not None for _, _, pred in done)
     render(pd.DataFrame([{"prediction_id": pid, "workload_run": item.workload_run_id, "trace_set": pred.trace_set_id,
                           "target": pred.target_platform, "predicted_ms": round(pred.predicted_us / 1000, 3),
                           "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
-                          "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2)}
+                          "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2),
+                          **({"range_ms": _range_ms(pred)} if ranged else {})}
                          for item, pid, pred in done]), fmt)
     return [pid for _, pid, _ in done]
 

@@ -224,6 +224,24 @@ def test_spec_only_target_roundtrip_through_the_registry(gpu_ws):
     np.testing.assert_allclose(fresh.predict_pass(inside, "bwd"), backward.predict(inside))
 
 
+def test_a_spec_only_target_keeps_each_held_out_gpus_ratio(gpu_ws):
+    """Per held-out source GPU, its kernels' measured time summed over what the model trained without it predicted,
+    stored with the forward model and seen by the backward GEMMs priced with it."""
+    options = cross_gpu.CrossGpuOptions(target="l4", ops=["fully_connected"])
+    with Store.open(gpu_ws) as store:
+        cross_gpu.fit_for_target(store, gpu_ws, options)
+        data = cross_gpu.load_data(store, "fully_connected", list(SOURCES))
+    held: dict = {}
+    cross_gpu.leave_one_gpu_out(data, 0, predictions=held)
+    expected = {gpu: measured.sum() / predicted.sum() for gpu, (predicted, measured) in held.items()}
+    forward = load_model(gpu_ws, "fully_connected.fwd.device~l4", "champion")
+    backward = load_model(gpu_ws, "fully_connected.bwd.device~l4", "champion")
+    assert sorted(forward.info["logo_ratio"]) == sorted(SOURCES)
+    assert forward.info["logo_ratio"] == pytest.approx(expected)
+    assert backward.base.info["logo_ratio"] == pytest.approx(expected)
+    assert max(abs(r - 1) for r in expected.values()) > 0.01      # the GPUs differ from what the others predict
+
+
 def test_a_target_with_tables_is_tested_on_its_own_rows(gpu_ws):
     options = cross_gpu.CrossGpuOptions(target="v100", ops=["layer_norm"], sources=["p4", "t4"], logo=False)
     with Store.open(gpu_ws) as store:
@@ -241,6 +259,8 @@ def test_cli_registers_versions_for_a_spec_only_gpu(gpu_ws):
     assert re.search(r"bmm\.bwd\.device~l4\s+1\s+gemm_shapes", out)
     assert re.search(r"add\.fwd\.device~l4\s+1\s+cross_gpu", out)
     assert "3 model versions registered on l4, learned from p4, t4, v100" in out
+    assert re.search(r"measured over predicted kernel time on each source GPU left out: bmm \d\.\d\d-\d\.\d\d, add "
+                     r"\d\.\d\d-\d\.\d\d; `pmdb predict --target-platform l4` prints the range", " ".join(out.split()))
     with Store.open(gpu_ws, read_only=True) as store:
         assert store.scalar("SELECT max(n_train) FROM model_versions WHERE name LIKE 'bmm.fwd%~l4'") == 450
         assert store.scalar("SELECT status FROM collection_runs WHERE kind = 'fit-cross-gpu'") == "completed"

@@ -1,0 +1,78 @@
+"""How far a prediction for a GPU known only by its spec sheet could be off: the step simulated again with its
+cross-GPU priced kernels moved by the error each source GPU had when it was held out.
+
+``pmdb fit cross-gpu`` scores a spec-only target by leave-one-GPU-out over its sources and stores with each op's
+model, per held-out GPU, that GPU's measured kernel time over what the model trained without it predicted
+(``logo_ratio``, :func:`fitters.cross_gpu.logo_ratios`). The level of utilisation a GPU attains is what a spec sheet
+does not tell (GEMMs: 0.67-1.90 over the five NeuSight table GPUs, benchmarks/results/gpu_kernel_accuracy.md), so a
+spec-only prediction carries that spread. For each source GPU g, every op priced by a model with ratios (a cross-GPU
+forward model, or the backward GEMMs priced with one) gets its device time times that model's ratio for g, and
+Algorithm 1 runs again on the same programs. The range is the prediction together with those steps (lowest, highest;
+µs). Ops priced otherwise (rows measured on the target, its own fitted models, the roofline, traced times) keep their
+time. There is no range when no op was priced by a model with ratios (a GPU with kernel tables of its own, a CPU, or
+cross-GPU versions registered before the ratios were stored, or with ``--no-logo``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from simulator.model_set import ModelSet
+
+SCALED_SUFFIX = " scaled-fwd"   # simulator.timing's label of a backward priced by its forward model
+
+
+@dataclass
+class SpecRange:
+    """A prediction's steady-state step (µs) if its cross-GPU priced kernels were as far off as on each held-out
+    source GPU (``per_gpu``: source GPU -> step µs); ``priced_share``: those kernels' share of the op work."""
+
+    per_gpu: dict[str, float] = field(default_factory=dict)
+    priced_share: float = 0.0
+
+    def bounds(self, predicted_us: float) -> tuple[float, float]:
+        """(low, high) µs: the prediction and every held-out GPU's step."""
+        values = [float(predicted_us), *self.per_gpu.values()]
+        return min(values), max(values)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"per_gpu_us": {g: round(us, 3) for g, us in sorted(self.per_gpu.items())},
+                "priced_share": round(self.priced_share, 4)}
+
+
+def ratios_of(model: Any) -> dict[str, float] | None:
+    """The held-out GPUs' measured over predicted ratios a model (or the forward model it wraps) was stored with."""
+    for candidate in (model, getattr(model, "base", None)):
+        info = getattr(candidate, "info", None)
+        if isinstance(info, dict) and info.get("logo_ratio"):
+            return {str(g): float(r) for g, r in info["logo_ratio"].items()}
+    return None
+
+
+def factors(models: ModelSet, priced_by: Mapping[int, str]) -> dict[str, dict[int, float]]:
+    """Per held-out source GPU, {id(op): ratio} of every op a model with ratios priced (``priced_by``: id(op) ->
+    'name:version', as :class:`simulator.timing.ModelTiming` labels them)."""
+    refs = {f"{ref.name}:{ref.version}": ref for ref in models.kernels.values()}
+    known: dict[str, dict[str, float] | None] = {}
+    out: dict[str, dict[int, float]] = {}
+    for key, label in priced_by.items():
+        name = label[:-len(SCALED_SUFFIX)] if label.endswith(SCALED_SUFFIX) else label
+        if name not in known:
+            ref = refs.get(name)
+            known[name] = None if ref is None else ratios_of(ref.model)
+        for gpu, ratio in (known[name] or {}).items():
+            out.setdefault(gpu, {})[key] = ratio
+    return out
+
+
+def spec_range(models: ModelSet, priced_by: Mapping[int, str], times_us: Mapping[int, float],
+               step_of: Callable[[dict[int, float]], float]) -> SpecRange | None:
+    """The range of one priced graph: ``times_us`` its ops' device times (id(op) -> µs), ``step_of`` the steady
+    step (µs) of its programs rebuilt with those factors; None when no op has ratios."""
+    per_gpu = factors(models, priced_by)
+    if not per_gpu:
+        return None
+    moved = set().union(*(f.keys() for f in per_gpu.values()))
+    total = sum(times_us.values())
+    share = sum(times_us.get(key, 0.0) for key in moved) / total if total > 0 else 0.0
+    return SpecRange({gpu: float(step_of(f)) for gpu, f in sorted(per_gpu.items())}, float(share))
