@@ -9,6 +9,7 @@ import pytest
 from pmdb import metrics, platform as platforms
 from pmdb.errors import PmdbError
 from simulator.engine import TimedOp, simulate
+from simulator.cross_gpu_range import SpecRange
 from simulator.store_rows import ModelUse, Prediction, ground_truth, store_prediction, trace_set_for_run
 from simulator.semantics import COMM, COMPUTE, SyncHost
 
@@ -45,12 +46,13 @@ def _result(compute: float = 100.0, comm: float = 40.0):
     return simulate([ops, ops], SyncHost())
 
 
-def _predict(store, platform, ts, run_id, predicted, measured, models):
+def _predict(store, platform, ts, run_id, predicted, measured, models, spec_range=None):
     with store.run("predict", platform, {}) as run:
         pred = Prediction(trace_set_id=ts, mode="model", source_platform=platform, target_platform=platform,
                           result=_result(), predicted_us=predicted, measured_us=measured, workload_run_id=run_id,
                           models=[ModelUse(n, v, 3) for n, v in models], overhead_version=None,
-                          unmodelled=[{"op": "aten::foo", "count": 2, "measured_share": 0.01}])
+                          unmodelled=[{"op": "aten::foo", "count": 2, "measured_share": 0.01}],
+                          spec_range=spec_range)
         return store_prediction(store, run.run_id, pred)
 
 
@@ -163,6 +165,25 @@ def test_repeated_prediction_counts_once(store):
     errs = store.query("SELECT * FROM v_e2e_errors")
     assert errs.iloc[0]["n"] == 1
     assert errs.iloc[0]["max_abs_error"] == pytest.approx(0.1)
+
+
+def test_spec_range_coverage_query_on_known_numbers(store):
+    """Stored ranges (the prediction and each held-out GPU's step) and the named query that counts truths inside."""
+    gpu = platforms.ensure_named(store, "gpu-spec", device_kind="cuda")
+    ts, runs = _workload(store, gpu, "transformer", 1, [1000.0, 1500.0, 700.0])
+    _predict(store, gpu, ts, runs[0], 900.0, 1000.0, [("m", 1)], SpecRange({"a": 800.0, "b": 1200.0}, 0.9))
+    _predict(store, gpu, ts, runs[1], 900.0, 1500.0, [("m", 1)], SpecRange({"a": 800.0, "b": 1200.0}, 0.9))
+    _predict(store, gpu, ts, runs[2], 900.0, 700.0, [("m", 1)], SpecRange({"a": 1000.0, "b": 1200.0}, 0.9))
+    _predict(store, gpu, ts, runs[2], 900.0, 700.0, [("m", 1)], SpecRange({"a": 600.0, "b": 1200.0}, 0.9))  # latest
+    _predict(store, gpu, ts, None, 900.0, 1000.0, [("m", 1)])                           # no range: not counted
+    stored = store.query("SELECT range_low_us, range_high_us, range_detail::VARCHAR AS d FROM predictions "
+                         "WHERE range_low_us IS NOT NULL ORDER BY prediction_id")
+    assert stored["range_low_us"].tolist() == [800.0, 800.0, 900.0, 600.0]   # the prediction counts as an end
+    assert stored["range_high_us"].tolist() == [1200.0] * 4
+    assert '"per_gpu_us": {"a": 800.0, "b": 1200.0}' in stored["d"].iloc[0]
+    row = store.query((QUERIES / "spec_range_coverage.sql").read_text()).iloc[0]
+    assert (row["platform"], row["n"], row["within"]) == (gpu, 3, 2)        # 1000 and 700 inside, 1500 outside
+    assert (row["low_pct"], row["high_pct"]) == (-11.1, 33.3)
 
 
 def test_kernel_error_view_and_query(store):
