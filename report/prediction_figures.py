@@ -24,8 +24,10 @@ spread AS (
     SELECT run_id, quantile_cont(time_us, 0.1) AS p10_us, quantile_cont(time_us, 0.9) AS p90_us,
            count(*) AS iterations
     FROM per_iteration GROUP BY run_id)
-SELECT e.*, w.spread, s.p10_us, s.p90_us, s.iterations, CAST(k.sharding AS VARCHAR) AS placement
+SELECT e.*, w.spread, s.p10_us, s.p90_us, s.iterations, CAST(k.sharding AS VARCHAR) AS placement,
+       r.range_low_us, r.range_high_us
 FROM v_prediction_errors e
+JOIN predictions r ON r.prediction_id = e.prediction_id
 LEFT JOIN workload_runs w ON w.run_id = e.workload_run_id
 LEFT JOIN spread s ON s.run_id = e.workload_run_id
 LEFT JOIN trace_sets t ON t.trace_set_id = e.trace_set_id
@@ -94,8 +96,14 @@ def predicted_vs_measured(store: Store, out_dir: Path, mode: str | None = "model
         below, above = measured_range(part)
         ax.barh(y - h, part["measured_us"] / 1e3, h, xerr=(below / 1e3, above / 1e3), capsize=2,
                 error_kw={"lw": 0.8}, label="measured (bar: p10-p90 of iterations)", color="#4c72b0")
-        bars = ax.barh(y, part["predicted_us"] / 1e3, h, label="predicted", color="#dd8452", edgecolor="white",
-                       linewidth=0)
+        ranged = part["range_low_us"].notna().to_numpy()
+        low = np.where(ranged, part["predicted_us"] - part["range_low_us"].astype(float).fillna(0.0), 0.0)
+        high = np.where(ranged, part["range_high_us"].astype(float).fillna(0.0) - part["predicted_us"], 0.0)
+        bars = ax.barh(y, part["predicted_us"] / 1e3, h, label="predicted" + (
+                           " (bar: spec-only range, held-out GPUs' errors)" if ranged.any() else ""),
+                       color="#dd8452", edgecolor="white", linewidth=0,
+                       **({"xerr": (np.clip(low, 0, None) / 1e3, np.clip(high, 0, None) / 1e3), "capsize": 2,
+                           "error_kw": {"lw": 0.8}} if ranged.any() else {}))
         for bar, index in zip(bars, part.index):
             if index in flagged:
                 bar.set_hatch("//")

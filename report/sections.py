@@ -167,7 +167,7 @@ def _run_table(frame: pd.DataFrame) -> pd.DataFrame:
     below, above = measured_range(frame)
     meas = frame["measured_us"].astype(float)
     base_err = (frame["baseline_us"] - meas).abs()
-    return pd.DataFrame({
+    table = pd.DataFrame({
         "run": frame["label"], "mode": frame["mode"], "model set": frame["model_set_id"],
         "measured ms": (meas / 1e3).round(3),
         "p10-p90 ms": [f"{(m - b) / 1e3:.3g}-{(m + a) / 1e3:.3g}" if a or b else ""
@@ -177,6 +177,11 @@ def _run_table(frame: pd.DataFrame) -> pd.DataFrame:
         "baseline ms": (frame["baseline_us"] / 1e3).round(3), "baseline error %": _pct(frame["baseline_rel_error"]),
         "closer": ["baseline" if pd.notna(b) and b < abs(p - m) else "model"
                    for b, p, m in zip(base_err, frame["predicted_us"], meas)]})
+    if "range_low_us" in frame and frame["range_low_us"].notna().any():   # a GPU known by its spec sheet only
+        table.insert(table.columns.get_loc("error %") + 1, "spec-only range ms",
+                     [f"{lo / 1e3:.3g}-{hi / 1e3:.3g}" if pd.notna(lo) else ""
+                      for lo, hi in zip(frame["range_low_us"], frame["range_high_us"])])
+    return table
 
 
 def _group_names(frame: pd.DataFrame, keys: list[str], shape: bool) -> list[str]:

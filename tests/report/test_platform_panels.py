@@ -10,6 +10,7 @@ from pmdb.cli.main import main
 from report.build import build_report
 from report.figures import series_of
 from report.page import not_run_yet
+from simulator.cross_gpu_range import SpecRange
 from simulator.engine import TimedOp, simulate
 from simulator.semantics import COMPUTE, SyncHost
 from simulator.store_rows import Prediction, store_prediction
@@ -18,8 +19,8 @@ from tests.report.test_report import PLATFORM, small_store  # noqa: F401  (fixtu
 GPU = "report-gpu"
 
 
-def _gpu_prediction(store) -> int:
-    """A 270 ms step of a GPU platform, predicted at 280 ms."""
+def _gpu_prediction(store, spec_range: SpecRange | None = None) -> int:
+    """A 270 ms step of a GPU platform, predicted at 280 ms (with a spec-only range when given)."""
     platforms.ensure_named(store, GPU, device_kind="cuda")
     result = simulate([[TimedOp(kernels=((COMPUTE, 270_000.0, 0.0, 0.0),))]], SyncHost())
     with store.run("workload", GPU, {}) as run:
@@ -35,7 +36,7 @@ def _gpu_prediction(store) -> int:
                               returning="trace_set_id")
         return store_prediction(store, run.run_id, Prediction(
             trace_set_id=ts, mode="model", source_platform=GPU, target_platform=GPU, result=result,
-            predicted_us=280_000.0, measured_us=270_000.0, workload_run_id=truth))
+            predicted_us=280_000.0, measured_us=270_000.0, workload_run_id=truth, spec_range=spec_range))
 
 
 def test_a_gpu_step_and_cpu_steps_get_a_panel_each(small_store, tmp_path):
@@ -50,6 +51,16 @@ def test_a_gpu_step_and_cpu_steps_get_a_panel_each(small_store, tmp_path):
     assert [t.split(":")[0] for t in streams] == [PLATFORM, GPU]
     kernels = made.page.read_text().split("<section id='kernel_models'>")[1].split("</section>")[0]
     assert f"<td>pmdb.{PLATFORM}.fully_connected.fwd.cold</td>" in kernels
+
+
+def test_a_spec_only_range_is_a_column_of_the_run_table(small_store, tmp_path):
+    store, _ = small_store
+    _gpu_prediction(store, SpecRange({"p4": 390_000.0, "v100": 230_000.0}, 0.9))
+    made = build_report(store, tmp_path / "out")
+    predictions = made.page.read_text().split("<section id='predictions'>")[1].split("</section>")[0]
+    assert "<th>spec-only range ms</th>" in predictions
+    assert "<td>230-390</td>" in predictions                  # the lowest and highest held-out GPU's step
+    assert predictions.count("<td></td>") >= 2                # the CPU runs have none
 
 
 def test_sections_without_data_say_not_run_yet_with_the_command():
