@@ -35,6 +35,11 @@ class SpecRange:
         values = [float(predicted_us), *self.per_gpu.values()]
         return min(values), max(values)
 
+    def label_ms(self, predicted_us: float) -> str:
+        """'low-high' in ms, three decimals, for tables."""
+        low, high = self.bounds(predicted_us)
+        return f"{low / 1000:.3f}-{high / 1000:.3f}"
+
     def to_json(self) -> dict[str, Any]:
         return {"per_gpu_us": {g: round(us, 3) for g, us in sorted(self.per_gpu.items())},
                 "priced_share": round(self.priced_share, 4)}

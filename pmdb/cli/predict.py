@@ -85,19 +85,11 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
         render(frame.head(15))
 
 
-def _range_ms(pred: Prediction) -> str | None:
-    if pred.spec_range is None:
-        return None
-    low, high = pred.spec_range.bounds(pred.predicted_us)
-    return f"{low / 1000:.3f}-{high / 1000:.3f}"
-
-
 def _range_text(pred: Prediction) -> str:
     """One paragraph: the spec-only range and where each held-out GPU's error puts the step."""
     span = pred.spec_range
-    low, high = span.bounds(pred.predicted_us)
     gpus = ", ".join(f"{gpu} {us / 1000:.1f}" for gpu, us in sorted(span.per_gpu.items(), key=lambda kv: kv[1]))
-    return (f"range {low / 1000:.3f}-{high / 1000:.3f} ms: {pred.target_platform} is known by its spec sheet "
+    return (f"range {span.label_ms(pred.predicted_us)} ms: {pred.target_platform} is known by its spec sheet "
             f"only. The cross-GPU models that priced {100 * span.priced_share:.0f}% of the work were off on each "
             f"GPU they left out in testing; with each such GPU's error applied, the step is (ms): {gpus}")
 
@@ -276,7 +268,7 @@ def _predict_all(store: Any, request: PredictionRequest, fmt: str) -> list[int]:
                           "target": pred.target_platform, "predicted_ms": round(pred.predicted_us / 1000, 3),
                           "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
                           "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2),
-                          **({"range_ms": _range_ms(pred)} if ranged else {})}
+                          **({"range_ms": pred.spec_range and pred.spec_range.label_ms(pred.predicted_us)} if ranged else {})}
                          for item, pid, pred in done]), fmt)
     return [pid for _, pid, _ in done]
 

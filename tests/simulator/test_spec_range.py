@@ -75,6 +75,13 @@ def test_the_range_is_stored_printed_and_built_from_the_held_out_ratios(on_l4, c
     low, high = row["range_low_us"] / 1000, row["range_high_us"] / 1000
     assert f"range {low:.3f}-{high:.3f} ms: l4 is known by its spec sheet only" in " ".join(out.split())
 
+    # a what-if on the same GPU (twice the batch) carries its own range
+    assert main(["--home", str(on_l4.home), "predict", "--trace-set", "1", "--target-platform", "l4", "--what-if",
+                 "--batch-size", "16", "--format", "json"]) == 0
+    (derived,) = json.loads(capsys.readouterr().out)
+    low16, high16 = (float(v) for v in derived["range_ms"].split("-"))
+    assert low16 < derived["predicted_ms"] < high16 and high16 > high
+
     # each held-out GPU's step is the same programs with that GPU's ratios on the cross-GPU priced ops
     timing = ModelTiming(session.models, session.overheads, session.platform.semantics, EmbeddingStats())
     engine = sem_mod.get(session.platform.semantics)
