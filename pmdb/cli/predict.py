@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pandas loads where a prediction is printed: `pmdb errors` p
     from simulator.request import PredictionRequest
     from simulator.store_rows import Prediction
 
-WHAT = ("e2e", "kernel", "baseline", "side-by-side")
+WHAT = ("e2e", "kernel", "baseline", "side-by-side", "ranges")
 ERROR_TABLE_ROWS = 30  # rows per `pmdb errors` table unless --limit says otherwise
 ERROR_COLUMNS_LAST = ("measured_ms", "predicted_ms", "baseline_ms", "batch_size", "mode", "model_set_id",
                       "model_set")  # in the tables, after the errors
@@ -290,7 +290,7 @@ def errors(ctx: typer.Context,
                                                         + ", ".join(error_tables.KERNEL_KEYS) + "; default "
                                                         + ",".join(error_tables.KERNEL_DEFAULT) + ")."),
            what: str = typer.Option("e2e,kernel", "--what", help="Tables to print: e2e, kernel, baseline, "
-                                                                 "side-by-side (comma-separated) or all."),
+                                                                 "side-by-side, ranges (comma-separated) or all."),
            mode: Optional[str] = typer.Option(None, "--mode", help="Only predictions of this mode (model, replay)."),
            champions: bool = typer.Option(False, "--champions", help="Kernel errors of champion versions only."),
            platform: Optional[str] = typer.Option(None, "--platform",
@@ -320,7 +320,9 @@ def errors(ctx: typer.Context,
             "baseline": ("predictions beside the baseline (sum of kernel times per stream)",
                          lambda plain: error_tables.named(store, "prediction_vs_baseline", plain=plain)),
             "side-by-side": ("the same trace set predicted by two model-version sets",
-                             lambda plain: error_tables.named(store, "model_sets_side_by_side", plain=plain))}
+                             lambda plain: error_tables.named(store, "model_sets_side_by_side", plain=plain)),
+            "ranges": ("spec-only GPUs: measured runs inside the predicted range (held-out GPUs' errors)",
+                       lambda plain: error_tables.named(store, "spec_range_coverage", plain=plain))}
         for name in chosen:
             title, make = tables[name]
             if fmt != "table":

@@ -9,6 +9,7 @@ import pytest
 from pmdb import metrics, platform as platforms
 from pmdb.errors import PmdbError
 from simulator.engine import TimedOp, simulate
+from simulator.error_stats import named
 from simulator.cross_gpu_range import SpecRange
 from simulator.store_rows import ModelUse, Prediction, ground_truth, store_prediction, trace_set_for_run
 from simulator.semantics import COMM, COMPUTE, SyncHost
@@ -184,6 +185,7 @@ def test_spec_range_coverage_query_on_known_numbers(store):
     row = store.query((QUERIES / "spec_range_coverage.sql").read_text()).iloc[0]
     assert (row["platform"], row["n"], row["within"]) == (gpu, 3, 2)        # 1000 and 700 inside, 1500 outside
     assert (row["low_pct"], row["high_pct"]) == (-11.1, 33.3)
+    assert named(store, "spec_range_coverage")["within"].tolist() == [2]     # what `pmdb errors --what ranges` prints
 
 
 def test_kernel_error_view_and_query(store):
