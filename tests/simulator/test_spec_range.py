@@ -75,6 +75,11 @@ def test_the_range_is_stored_printed_and_built_from_the_held_out_ratios(on_l4, c
     low, high = row["range_low_us"] / 1000, row["range_high_us"] / 1000
     assert f"range {low:.3f}-{high:.3f} ms: l4 is known by its spec sheet only" in " ".join(out.split())
 
+    assert main(["--home", str(on_l4.home), "predict", "--trace-set", "1", "--target-platform", "l4",
+                 "--format", "json"]) == 0
+    (again,) = json.loads(capsys.readouterr().out)
+    assert (again["range_low_ms"], again["range_high_ms"]) == (round(low, 3), round(high, 3))
+
     # a what-if on the same GPU (twice the batch) carries its own range
     assert main(["--home", str(on_l4.home), "predict", "--trace-set", "1", "--target-platform", "l4", "--what-if",
                  "--batch-size", "16", "--format", "json"]) == 0
