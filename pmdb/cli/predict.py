@@ -321,7 +321,7 @@ def errors(ctx: typer.Context,
                          lambda plain: error_tables.named(store, "prediction_vs_baseline", plain=plain)),
             "side-by-side": ("the same trace set predicted by two model-version sets",
                              lambda plain: error_tables.named(store, "model_sets_side_by_side", plain=plain)),
-            "ranges": ("spec-only GPUs: measured runs inside the predicted range (held-out GPUs' errors)",
+            "ranges": ("spec-only GPUs: measured runs inside their predicted range",
                        lambda plain: error_tables.named(store, "spec_range_coverage", plain=plain))}
         for name in chosen:
             title, make = tables[name]

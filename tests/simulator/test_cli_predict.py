@@ -29,7 +29,7 @@ def test_errors_prints_every_table(workspace, capsys):
     out = capsys.readouterr().out
     for title in ("end-to-end prediction errors", "kernel/collective model test errors",
                   "predictions beside the baseline", "two model-version sets",
-                  "spec-only GPUs: measured runs inside the predicted range"):
+                  "spec-only GPUs: measured runs inside their predicted range"):
         assert title in out
     assert main(["--home", str(workspace.home), "errors", "--format", "csv", "--what", "e2e"]) == 0
     header = capsys.readouterr().out.strip().splitlines()[0]
