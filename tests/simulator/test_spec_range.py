@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 
 import pytest
 
+from harness import SHARED_DATA
 from pmdb.cli.main import main
+from pmdb.config import Workspace
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
 from simulator import cross_gpu_range
@@ -31,17 +34,21 @@ def _slice(source, target, rows: int) -> None:
     target.write_text("\n".join(lines[:rows + 1]) + "\n")
 
 
-@pytest.fixture
-def on_l4(fit_workspace, shared_data, tmp_path):
+@pytest.fixture(scope="module")
+def l4_template(tmp_path_factory, mlflow_template):
     """Sheets of three table GPUs and the L4, 300-row slices of their linear and add tables, cross-GPU models of
-    the L4 (leave-one-GPU-out over the three), and a small BERT captured shape-only."""
-    kernels = shared_data / "gpu_kernels" / "neusight"
+    the L4 (leave-one-GPU-out over the three), and a small BERT captured shape-only; built once per module."""
+    kernels = SHARED_DATA / "gpu_kernels" / "neusight"
     if not all((kernels / folder).is_dir() for folder in SOURCES.values()):
-        pytest.skip(f"{kernels} lacks a table GPU")
-    home = ["--home", str(fit_workspace.home)]
+        pytest.skip(f"{kernels} lacks a table GPU (shared data not present)")
+    root = tmp_path_factory.mktemp("spec_range")
+    ws = Workspace(root / "ws")
+    Store.open(ws, create=True).close()
+    shutil.copy(mlflow_template.mlflow_db, ws.mlflow_db)
+    home = ["--home", str(ws.home)]
     for name, folder in SOURCES.items():
         assert main([*home, "platform-specs", str(kernels / "device_configs" / f"{folder}.json"), "--name", name]) == 0
-        tables = tmp_path / name
+        tables = root / name
         tables.mkdir()
         for op in ("linear", "add"):
             _slice(kernels / folder / f"{op}.csv.gz", tables / f"{op}.csv", 300)
@@ -49,11 +56,19 @@ def on_l4(fit_workspace, shared_data, tmp_path):
     assert main([*home, "platform-specs", str(kernels / "device_configs" / "NVIDIA_L4.json"), "--name", "l4"]) == 0
     assert main([*home, "fit", "cross-gpu", "--target", "l4", "--op", "fully_connected", "--op", "add",
                  "--no-progress"]) == 0
-    config = tmp_path / "small_bert.json"
+    config = root / "small_bert.json"
     config.write_text(json.dumps(SMALL_BERT))
     assert main([*home, "collect", "workload", "transformer", "--graph-only", "--config", str(config),
                  "--batch-size", "8", "--seq-len", "128"]) == 0
-    return fit_workspace
+    return ws
+
+
+@pytest.fixture
+def on_l4(l4_template, tmp_path) -> Workspace:
+    """A private copy of the template (the tests predict and fit into it)."""
+    from harness import copy_workspace
+
+    return Workspace(copy_workspace(l4_template.home, tmp_path / "ws"))
 
 
 def test_the_range_is_stored_printed_and_built_from_the_held_out_ratios(on_l4, capsys):
