@@ -91,7 +91,9 @@ def _range_text(pred: Prediction) -> str:
     gpus = ", ".join(f"{gpu} {us / 1000:.1f}" for gpu, us in sorted(span.per_gpu.items(), key=lambda kv: kv[1]))
     return (f"range {span.label_ms(pred.predicted_us)} ms: {pred.target_platform} is known by its spec sheet "
             f"only. The cross-GPU models that priced {100 * span.priced_share:.0f}% of the work were off on each "
-            f"GPU they left out in testing; with each such GPU's error applied, the step is (ms): {gpus}")
+            f"GPU they left out in testing; with each such GPU's error applied, the step is (ms): {gpus}. A new "
+            f"GPU drawn like these {len(span.per_gpu)} would fall within their span about "
+            f"{len(span.per_gpu) - 1} times in {len(span.per_gpu) + 1}")
 
 
 def predict(ctx: typer.Context,

@@ -88,7 +88,9 @@ def test_the_range_is_stored_printed_and_built_from_the_held_out_ratios(on_l4, c
     assert row["range_low_us"] < row["range_high_us"]
     assert 0 < detail["priced_share"] < 1        # linear and add by cross-GPU models; the rest by the roofline
     low, high = row["range_low_us"] / 1000, row["range_high_us"] / 1000
-    assert f"range {low:.3f}-{high:.3f} ms: l4 is known by its spec sheet only" in " ".join(out.split())
+    text = " ".join(out.split())
+    assert f"range {low:.3f}-{high:.3f} ms: l4 is known by its spec sheet only" in text
+    assert "A new GPU drawn like these 3 would fall within their span about 2 times in 4" in text
 
     assert main(["--home", str(on_l4.home), "predict", "--trace-set", "1", "--target-platform", "l4",
                  "--format", "json"]) == 0
