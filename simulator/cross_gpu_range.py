@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 from simulator.model_set import ModelSet
 
 SCALED_SUFFIX = " scaled-fwd"   # simulator.timing's label of a backward priced by its forward model
+RATIO_FAMILIES = frozenset({"cross_gpu", "gemm_shapes"})   # the families whose versions may carry ratios
 
 
 @dataclass
@@ -61,7 +62,9 @@ def ratios_of(model: Any) -> dict[str, float] | None:
 def factors(models: ModelSet, priced_by: Mapping[int, str]) -> dict[str, dict[int, float]]:
     """Per held-out source GPU, {id(op): ratio} of every op a model with ratios priced (``priced_by``: id(op) ->
     'name:version', as :class:`simulator.timing.ModelTiming` labels them)."""
-    refs = {f"{ref.name}:{ref.version}": ref for ref in models.kernels.values()}
+    refs = {f"{ref.name}:{ref.version}": ref for ref in models.kernels.values() if ref.family in RATIO_FAMILIES}
+    if not refs:   # a CPU, or a GPU with models of its own only: nothing to look up op by op
+        return {}
     known: dict[str, dict[str, float] | None] = {}
     out: dict[str, dict[int, float]] = {}
     for key, label in priced_by.items():

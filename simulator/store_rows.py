@@ -54,6 +54,11 @@ class Prediction:
     spec_range: SpecRange | None = None  # spec-only GPU: the step as far off as on each held-out source GPU
 
     @property
+    def range_ms(self) -> str | None:
+        """The spec-only range as 'low-high' ms for tables, None without one."""
+        return None if self.spec_range is None else self.spec_range.label_ms(self.predicted_us)
+
+    @property
     def model_set(self) -> str | None:
         """Canonical text of the versions used, ``name:version`` sorted and comma-separated (None in replay)."""
         if self.mode == "replay":

@@ -443,8 +443,9 @@ class ModelTiming:
                 if not op.is_collective:
                     self._collect(op, rank, rows)
         self._predict(rows, len(graph.ranks) if self.sync_host else 1)
-        self._predict_collectives(graph, _collective_sizes(graph))
-        return self._assemble(graph)
+        sizes = _collective_sizes(graph)
+        self._predict_collectives(graph, sizes)
+        return self._assemble(graph, sizes)
 
     def rescaled(self, graph: TraceGraph, factors: dict[int, float]) -> list[list[TimedOp]]:
         """The programs of ``graph``, priced before by :meth:`programs`, with the device time of each op ``id(op)``
@@ -453,13 +454,13 @@ class ModelTiming:
         self._time = {key: us * factors.get(key, 1.0) for key, us in saved_time.items()}
         self.usage = Usage()
         try:
-            return self._assemble(graph)
+            return self._assemble(graph, _collective_sizes(graph))
         finally:
             self._time, self.usage = saved_time, saved_usage
 
-    def _assemble(self, graph: TraceGraph) -> list[list[TimedOp]]:
-        """Per rank, the timed program of the priced ops (:attr:`_time`, collectives from :attr:`_comm`)."""
-        sizes = _collective_sizes(graph)
+    def _assemble(self, graph: TraceGraph, sizes: dict[int, float]) -> list[list[TimedOp]]:
+        """Per rank, the timed program of the priced ops (:attr:`_time`, collectives from :attr:`_comm`; ``sizes``:
+        :func:`_collective_sizes` of ``graph``)."""
         by_index = [{i: sizes.get(k, float("nan")) for k, i in enumerate(rg.collectives())} for rg in graph.ranks]
         build = self._cpu_program if self.sync_host else self._gpu_program
         programs = [build(graph, r, by_index[r]) for r in range(len(graph.ranks))]

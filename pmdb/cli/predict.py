@@ -270,7 +270,7 @@ def _predict_all(store: Any, request: PredictionRequest, fmt: str) -> list[int]:
                           "target": pred.target_platform, "predicted_ms": round(pred.predicted_us / 1000, 3),
                           "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
                           "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2),
-                          **({"range_ms": pred.spec_range and pred.spec_range.label_ms(pred.predicted_us)} if ranged else {})}
+                          **({"range_ms": pred.range_ms} if ranged else {})}
                          for item, pid, pred in done]), fmt)
     return [pid for _, pid, _ in done]
 

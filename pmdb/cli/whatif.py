@@ -91,8 +91,7 @@ def what_if(ctx: typer.Context, request: PredictionRequest, *, batch_size: Optio
              "x_recorded": round(r.prediction.predicted_us / recorded, 3) if recorded > 0 else None,
              "measured_ms": _ms(r.prediction.measured_us),
              "error_pct": None if r.prediction.rel_error is None else round(100 * r.prediction.rel_error, 2),
-             **({"range_ms": r.prediction.spec_range and r.prediction.spec_range.label_ms(r.prediction.predicted_us)}
-                if any(x.prediction.spec_range for x in results) else {})}
+             **({"range_ms": r.prediction.range_ms} if any(x.prediction.spec_range for x in results) else {})}
             for r in results]
     if fmt == "table":
         batch = "" if source.batch_size is None else f"batch {source.batch_size}, "
