@@ -15,7 +15,9 @@ import pandas as pd
 
 from pmdb.metrics import gmae
 from pmdb.store import Store
+from collectors.memory_probe import PROBE_BYTES
 from report import checks
+from simulator.memory_phase import memory_pace
 
 WIDTH, HEIGHT = 80, 24
 LABEL = 32   # columns of a run's label
@@ -50,6 +52,7 @@ class RunRow:
     predicted_ms: float
     error: float                  # (predicted - measured) / measured
     baseline_error: float | None  # the same for the sum of kernel times
+    memory_pace: float | None = None   # the host's memory read time at its truth over at its prices (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,10 @@ def summarize(store: Store) -> Summary:
     several = local["platform"].nunique() > 1
     out.host = host_line(store, sorted(local["platform"].unique()))
     for _, row in local.iterrows():
+        pace = memory_pace(store, row["workload_run_id"], row["platform"])
         out.runs.append(RunRow(_label(row, several), row["measured_us"] / 1e3, _optional(row["spread"]),
                                row["predicted_us"] / 1e3, float(row["rel_error"]),
-                               _optional(row["baseline_rel_error"])))
+                               _optional(row["baseline_rel_error"]), None if pace is None else pace.ratio))
     if not local.empty:
         local["group"] = [f"{f} ws{int(w)}" + (f" @{p}" if several else "")
                           for f, w, p in zip(local["family"], local["world_size"], local["platform"])]
@@ -197,11 +201,18 @@ def render(summary: Summary, report: str, title: str = "the latest model-mode pr
     if not summary.runs:
         head = [title, "no workload run measured here has a model-mode prediction yet"]
         return _fit(head + whatif + tail, tail[-1], width, height)
-    head = [title] + ([summary.host] if summary.host else []) + [f"{'run':{LABEL}} {'meas ms':>8} {'spread':>6} {'pred ms':>8} {'error':>7} {'baseline':>8}"]
+    paced = any(r.memory_pace is not None for r in summary.runs)
+    head = [title] + ([summary.host] if summary.host else []) + [
+        f"{'run':{LABEL}} {'meas ms':>8} {'spread':>6} {'pred ms':>8} {'error':>7} {'baseline':>8}"
+        + (f" {'pace':>5}" if paced else "")]
     rows = [f"{r.label[:LABEL]:{LABEL}} {_ms(r.measured_ms):>8} "
             f"{'-' if r.spread is None else f'{100 * r.spread:.0f}%':>6} {_ms(r.predicted_ms):>8} "
-            f"{_pct(r.error):>7} {_pct(r.baseline_error):>8}" for r in summary.runs]
+            f"{_pct(r.error):>7} {_pct(r.baseline_error):>8}"
+            + (f" {'-' if r.memory_pace is None else f'x{r.memory_pace:.2f}':>5}" if paced else "")
+            for r in summary.runs]
     legend = ["spread: (p90-p10)/median of its iterations; baseline: sum of kernel times/stream"]
+    if paced:
+        legend.append(f"pace: a {PROBE_BYTES // 2 ** 20} MiB read at the truth over at the op sweeps (memory's phase)")
     families = [f"{'family':{LABEL}} {'runs':>5} {'model |e|':>10} {'baseline |e|':>13}  (geomean)"]
     families += [f"{f.name[:LABEL]:{LABEL}} {f.runs:>5} {100 * f.model_gmae:>9.1f}% "
                  f"{'-' if f.baseline_gmae is None else f'{100 * f.baseline_gmae:.1f}%':>13}"

@@ -23,6 +23,7 @@ from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
 from simulator.measured_shapes import MEASURED
+from simulator.memory_phase import memory_pace
 from simulator.pending import pending_runs  # noqa: F401  (pmdb predict --all; kept importable from here)
 from simulator.replay import replay_programs
 from simulator.session import PredictionSession
@@ -105,6 +106,8 @@ def _predict(store: Store, resolved: ResolvedRequest) -> Prediction:
                               source_platform=resolved.source_platform, trace_set_id=trace_set_id,
                               threads=resolved.threads, measured_us=truth.measured_us,
                               workload_run_id=truth.workload_run_id, timeline=resolved.request.timeline)
+    if resolved.source_platform == target and session.platform.sync_host:   # a CPU truth measured here
+        pred.memory_pace = memory_pace(store, truth.workload_run_id, target)
     used = [(m.name, m.version) for m in pred.models]
     pred.warnings = [n for n in [thread_mismatch(store, truth.workload_run_id, used)
                                  if resolved.run_threads is not None

@@ -11,6 +11,7 @@ from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.traces.set_rows import trace_set_info
 from simulator.cross_gpu_range import SpecRange
+from simulator.memory_phase import MemoryPace
 from simulator.engine import SimResult
 from simulator.model_set import ModelSelection
 from simulator.semantics import RULES_VERSION
@@ -52,6 +53,7 @@ class Prediction:
     iteration: Any = None  # the simulated iteration op by op, when recorded (simulator.chrome_trace; not stored)
     measured_ops: int = 0  # model mode: ops priced by the measured median of their exact shape (--kernels measured)
     spec_range: SpecRange | None = None  # spec-only GPU: the step as far off as on each held-out source GPU
+    memory_pace: MemoryPace | None = None  # CPU truth measured here: the host's memory phase at it against its prices'
 
     @property
     def range_ms(self) -> str | None:

@@ -34,6 +34,7 @@ class SweepSummary:
     skips: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     reasons: list[str] = field(default_factory=list)
     engine_call_us: list[float] = field(default_factory=list)   # the engine's per-call cost as measured (µs)
+    memory_probe: list[dict[str, Any]] = field(default_factory=list)   # collectors.memory_probe, at start and end
     _cv: dict[tuple[str, str, str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     _median: dict[tuple[str, str, str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
 
@@ -73,4 +74,5 @@ class SweepSummary:
                 "resumed_runs": list(self.resumed_runs), "rows_resumed": self.rows_resumed,
                 "wall_s": round(self.wall_s, 2), "memory_cap_bytes": self.memory_cap_bytes,
                 "timing_environment": self.timing_environment, "timer_settings": self.timer_settings,
-                "per_op": self.per_op(), "engine_call_us": list(self.engine_call_us)}
+                "per_op": self.per_op(), "engine_call_us": list(self.engine_call_us),
+                "memory_probe": list(self.memory_probe)}

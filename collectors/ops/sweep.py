@@ -35,6 +35,7 @@ from collectors.ops.timer import (LOOP, CacheFlusher, TimerSettings, Timing, mea
 from collectors.ops.cuda_timing import time_device
 from collectors.ops.engine_call import EngineCallCost
 from collectors.ops.writer import BatchWriter, sticky_interrupts
+from collectors.memory_probe import read_probe
 from collectors.workloads.allocator import apply_in_process
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
@@ -396,6 +397,9 @@ class Sweep:
         self.summary.resumed(runs, adopted)
         items, resumed = plan(self.store, self.platform, self.options, self.device, self.run.run_id)
         self.summary.planned(len(items), resumed)
+        if items and self.device.type == "cpu":   # the host's memory pace while these prices are taken
+            with self._unbounded():
+                self.summary.memory_probe.append(read_probe())
         self.run.summary = self.summary.as_dict()
         bar = tqdm(items, total=len(items), unit="config", disable=not progress, dynamic_ncols=True,
                    desc="collect ops")
@@ -412,6 +416,9 @@ class Sweep:
                     if not self.writer.pending:
                         self._sync(started)
                 check_interrupt()
+                if self.summary.memory_probe:
+                    with self._unbounded():
+                        self.summary.memory_probe.append(read_probe())
         except KeyboardInterrupt:
             self.summary.stopped = "interrupted"
             raise

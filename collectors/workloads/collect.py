@@ -139,6 +139,9 @@ def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest,
         optimizer=optimizer, repeats=launches[1:])}
     summary["wall_s"] = {f"rank{r['rank']}": {k: round(v, 3) for k, v in r["wall_s"].items()} for r in results}
     summary["info"] = results[0]["info"]
+    # rank 0's memory-pace probes of every launch, before and after its iterations (collectors.memory_probe)
+    summary["memory_probe"] = [probe for launch in launches for r in launch if r["rank"] == 0
+                               for probe in r.get("memory_probe", [])]
     if request.trace_iters:
         from collectors.traces.ingest import RankTraces, ingest_trace_set
 

@@ -81,6 +81,7 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
     import torch.distributed as dist
 
     from collectors.launch import tick
+    from collectors.memory_probe import read_probe
     from collectors.workloads.ground_truth import time_iterations
     from collectors.workloads.optimizer_state import state_zero_fractions
     from collectors.workloads.profile import et_pass, kineto_pass
@@ -107,15 +108,19 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
 
     step = trainer.step
     built = time.perf_counter()
+    probes = [read_probe()] if rank == 0 else []   # the host's memory pace, before the warm-up re-warms the caches
     time_iterations(step, job.warmup_ids, [], before, sync)
     optimizer = getattr(trainer, "optimizer", None)
     state = state_zero_fractions(optimizer, job.warmup)   # between iterations: outside every timed interval
     times = time_iterations(step, [], job.timed_ids, before, sync)
     timed = time.perf_counter()
     state += state_zero_fractions(optimizer, job.warmup + job.iters)
+    if rank == 0:
+        probes.append(read_probe())
     out: dict[str, Any] = {"rank": rank, "times_us": times, "info": trainer.info(), "threads": torch.get_num_threads(),
                            "allocator_env": {k: v for k, v in os.environ.items() if k in RECORDED},
-                           "wall_s": {"build": built - started, "ground_truth": timed - built}}
+                           "wall_s": {"build": built - started, "ground_truth": timed - built},
+                           "memory_probe": probes}
     stats = getattr(trainer, "stats", {})
     out["stats"] = [dict(row, iteration=i, rank=rank) for i, k in enumerate(job.timed_ids) for row in stats.get(k, [])]
     out["state_stats"] = [dict(row, rank=rank) for row in state]

@@ -55,11 +55,18 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
     if pred.spec_range is not None and fmt != "table":
         low, high = pred.spec_range.bounds(pred.predicted_us)
         summary["range_low_ms"], summary["range_high_ms"] = round(low / 1000, 3), round(high / 1000, 3)
+    if pred.memory_pace is not None:
+        summary["memory_pace"] = pred.memory_pace.label() if fmt == "table" else round(pred.memory_pace.ratio, 4)
+        if fmt != "table":
+            summary["memory_truth_read_us"] = pred.memory_pace.truth_us
+            summary["memory_prices_read_us"] = pred.memory_pace.prices_us
     render(summary, fmt)
     if fmt != "table":
         return
     if pred.spec_range is not None:
         typer.echo("\n" + wrapped(_range_text(pred)))
+    if pred.memory_pace is not None:
+        typer.echo("\n" + wrapped(pred.memory_pace.sentence()))
     ranks = pd.DataFrame([{"rank": r.rank, "predicted_ms": round(r.predicted_us / 1000, 3),
                            "cpu_ms": round(r.cpu_us / 1000, 3), "compute_busy_ms": round(r.compute_busy_us / 1000, 3),
                            "comm_busy_ms": round(r.comm_busy_us / 1000, 3),
@@ -266,11 +273,15 @@ def _predict_all(store: Any, request: PredictionRequest, fmt: str) -> list[int]:
         done, warnings = predict_each(store, run.run_id, todo, sessions)
         run.summary = {"predictions": len(done), "warnings": warnings}
     ranged = any(pred.spec_range is not None for _, _, pred in done)
+    paced = any(pred.memory_pace is not None for _, _, pred in done)
     render(pd.DataFrame([{"prediction_id": pid, "workload_run": item.workload_run_id, "trace_set": pred.trace_set_id,
                           "target": pred.target_platform, "predicted_ms": round(pred.predicted_us / 1000, 3),
                           "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
                           "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2),
-                          **({"range_ms": pred.range_ms} if ranged else {})}
+                          **({"range_ms": pred.range_ms} if ranged else {}),
+                          **({"memory_pace": None if pred.memory_pace is None else (
+                              pred.memory_pace.label() if fmt == "table" else round(pred.memory_pace.ratio, 4))}
+                             if paced else {})}
                          for item, pid, pred in done]), fmt)
     return [pid for _, pid, _ in done]
 

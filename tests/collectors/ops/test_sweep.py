@@ -2,6 +2,7 @@
 interruption, and the CLI's errors."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -43,6 +44,11 @@ def test_rows_resume_and_force(store):
     assert bwd["node_us"].tolist() == pytest.approx(expected.tolist())
     assert (fwd["node_us"] == fwd["median_us"]).all()
     assert all(p["cv_median"] >= 0 for p in summary["per_op"])
+    # the host's memory pace when the sweep started and when it ended (collectors.memory_probe), kept with the run
+    assert [p["bytes"] for p in summary["memory_probe"]] == [64 * 2 ** 20] * 2
+    assert all(p["read_us"] > 0 for p in summary["memory_probe"])
+    stored = json.loads(store.scalar("SELECT summary FROM collection_runs WHERE run_id = ?", [run_id]))
+    assert stored["memory_probe"] == summary["memory_probe"]
     # again: everything is already there
     _, again = _sweep(store, ops=["fully_connected"], configs=FC)
     assert again["configs_resumed"] == 2 and again["rows_written"] == 0

@@ -128,6 +128,9 @@ def test_repeats_launch_fresh_processes_and_store_the_median_of_their_medians(st
                          "WHERE s.run_id = ?", [run_id])
     assert len(traced) == 4
     assert store.scalar("SELECT count(*) FROM v_embedding_batch_stats WHERE run_id = ?", [run_id]) == 3 * 5
+    # rank 0 of every launch probed the host's memory pace before its warm-up and after its iterations
+    assert len(summary["memory_probe"]) == 3 * 2 and all(p["read_us"] > 0 for p in summary["memory_probe"])
+    assert [p["at"] for p in summary["memory_probe"]] == sorted(p["at"] for p in summary["memory_probe"])
 
 
 def test_repeats_below_one_is_refused_before_a_run(store, local_platform, tiny_dlrm):

@@ -33,12 +33,17 @@ def _workload(store, name: str, family: str, world: int, sharder: str | None) ->
 
 
 def _predicted(store, workload: int, measured_us: float, predicted_us: float, baseline_us: float, *,
-               spread: float | None = 0.1, truth_platform: str = CPU, target: str = CPU) -> int:
+               spread: float | None = 0.1, truth_platform: str = CPU, target: str = CPU,
+               probes: list[float] | None = None) -> int:
     """A workload run (its truth) and a model-mode prediction of a trace set of its workload, written by the stages'
-    own functions; the baseline is the simulated sum of kernel times."""
+    own functions; the baseline is the simulated sum of kernel times. ``probes``: the memory-probe read times (µs)
+    the run's summary holds, as collect workload stores them."""
     result = simulate([[TimedOp(kernels=((COMPUTE, baseline_us, 0.0, 0.0),))]], SyncHost())
     imported = truth_platform != CPU
     with store.run("import-e2e" if imported else "workload", truth_platform, {}) as run:
+        if probes:
+            run.summary = {"memory_probe": [{"bytes": 64 * 2 ** 20, "read_us": us, "at": "2026-11-29T03:00:00+00:00"}
+                                            for us in probes]}
         store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": workload, "platform": truth_platform,
                                            "iterations": 5, "warmup": 1, "measured_us": measured_us,
                                            "spread": None if imported else spread,
@@ -210,3 +215,27 @@ def test_a_run_priced_by_a_term_trained_on_its_own_traces_is_left_out_and_counte
     assert "dlrm_test ws2 naive" not in labels and "dlrm_test ws2 size_greedy" in labels
     assert {f.name: f.runs for f in summary.families}["dlrm ws2"] == 2
     assert any(w.startswith("1 run left out: priced by an in-context collective term") for w in summary.warnings)
+
+
+def test_the_memory_pace_of_each_truth_is_a_column_when_runs_have_probes(store):
+    """Runs and op sweeps that recorded the host's memory pace (collectors.memory_probe) get a pace column: the
+    truth's median read over the sweeps' median; a run without probes shows '-'; the lines keep to 80 columns."""
+    platforms.ensure_named(store, CPU, device_kind="cpu")
+    with store.run("workload", CPU, {}):
+        dlrm = _workload(store, "dlrm_test", "dlrm", 1, "naive")
+        bert = _workload(store, "bert", "transformer", 1, None)
+    with store.run("ops", CPU, {}) as run:
+        run.summary = {"memory_probe": [{"bytes": 64 * 2 ** 20, "read_us": us, "at": "2026-11-29T02:00:00+00:00"}
+                                        for us in (3000.0, 3200.0)]}
+    _predicted(store, dlrm, 3000.0, 3300.0, 2900.0, probes=[4000.0, 4200.0, 4100.0])
+    _predicted(store, bert, 30000.0, 36000.0, 31000.0)
+    summary = summarize(store)
+    pace = {r.label: r.memory_pace for r in summary.runs}
+    assert pace["dlrm_test ws1"] == pytest.approx(4100.0 / 3100.0) and pace["bert ws1"] is None
+    lines = render(summary, "pmdb-workspace/reports/index.html")
+    header = next(line for line in lines if line.startswith("run "))
+    assert header.split()[-1] == "pace"
+    assert next(line for line in lines if line.startswith("dlrm_test ws1")).split()[-1] == "x1.32"
+    assert next(line for line in lines if line.startswith("bert ws1")).split()[-1] == "-"
+    assert any(line.startswith("pace: a 64 MiB read") for line in lines)
+    assert all(len(line) <= 80 for line in lines[:-1])

@@ -1,0 +1,89 @@
+"""A truth's memory pace against its prices': the host's memory phase when a step was measured, relative to when
+the microbenchmarks that priced it were taken (collectors.memory_probe; read times in µs).
+
+``truth_us`` is the median of the probes recorded with the workload run (rank 0 of every launch, before and after
+its iterations), ``prices_us`` the median over every completed ``collect ops`` run of the platform (the sweep and the
+rounds of traced shapes, at their start and end). ``ratio`` = truth / prices: above 1 the truth was measured while
+memory was slower than when the prices were taken. On the Intel host a step moved about as much as this read did
+(benchmarks/results/host_phase_*: slowest over fastest quarter of windows x1.34 and x1.37 for bert), so a
+prediction off by about the ratio was off by the host's phase. Nothing is corrected by it: it says how far the host
+moved, not what the model missed. Runs recorded before the probe existed give None.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from collectors.memory_probe import PROBE_BYTES
+from pmdb.store import Store
+
+
+@dataclass(frozen=True)
+class MemoryPace:
+    """Median probe read times (µs) of a truth and of its prices, and their ratio."""
+
+    truth_us: float
+    prices_us: float
+    truth_probes: int
+    prices_probes: int
+
+    @property
+    def ratio(self) -> float:
+        return self.truth_us / self.prices_us
+
+    def label(self) -> str:
+        """'x1.25'."""
+        return f"x{self.ratio:.2f}"
+
+    def sentence(self) -> str:
+        """One sentence for people."""
+        return (f"memory pace {self.label()}: a {PROBE_BYTES // 2 ** 20} MiB read took {self.truth_us / 1e3:.2f} ms "
+                f"around this run's truth ({self.truth_probes} probes) and {self.prices_us / 1e3:.2f} ms around the "
+                f"op sweeps that priced it ({self.prices_probes}); on a shared host steps slow and speed up with it "
+                f"(benchmarks/host_phase.py): an error of that order may be the host's phase, not the model's")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"memory_truth_read_us": self.truth_us, "memory_prices_read_us": self.prices_us,
+                "memory_pace": round(self.ratio, 4)}
+
+
+def read_times(summary: Any) -> list[float]:
+    """The probe read times (µs) a run summary holds (JSON text or a dict), of the probe's own size only."""
+    if isinstance(summary, str):
+        try:
+            summary = json.loads(summary)
+        except ValueError:
+            return []
+    probes = summary.get("memory_probe") if isinstance(summary, dict) else None
+    out = []
+    for probe in probes if isinstance(probes, list) else []:
+        if isinstance(probe, dict) and probe.get("bytes") == PROBE_BYTES:
+            value = probe.get("read_us")
+            if isinstance(value, (int, float)) and value > 0:
+                out.append(float(value))
+    return out
+
+
+def truth_times(store: Store, workload_run_id: str) -> list[float]:
+    """The probes recorded with one workload run (µs)."""
+    frame = store.query("SELECT summary FROM collection_runs WHERE run_id = ?", [workload_run_id])
+    return [t for summary in frame["summary"] for t in read_times(summary)]
+
+
+def price_times(store: Store, platform: str) -> list[float]:
+    """The probes of every completed ``collect ops`` run of the platform (µs)."""
+    frame = store.query("SELECT summary FROM collection_runs WHERE kind = 'ops' AND status = 'completed' "
+                        "AND platform = ?", [platform])
+    return [t for summary in frame["summary"] for t in read_times(summary)]
+
+
+def memory_pace(store: Store, workload_run_id: str | None, platform: str) -> MemoryPace | None:
+    """The truth's memory pace against its prices', None where either has no probe."""
+    if not workload_run_id:
+        return None
+    truth, prices = truth_times(store, workload_run_id), price_times(store, platform)
+    if not truth or not prices:
+        return None
+    return MemoryPace(float(statistics.median(truth)), float(statistics.median(prices)), len(truth), len(prices))

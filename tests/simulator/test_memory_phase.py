@@ -1,0 +1,96 @@
+"""simulator/memory_phase.py: a truth's memory pace against its prices', from the probes real runs store in their
+summaries (a real store; the probes are the stages' own summary fields)."""
+import json
+
+import pytest
+
+from collectors.memory_probe import PROBE_BYTES
+from pmdb import platform as platforms
+from simulator.memory_phase import memory_pace, read_times
+
+PLATFORM = "pace-cpu"
+
+
+def _probe(us: float, nbytes: int = PROBE_BYTES) -> dict:
+    return {"bytes": nbytes, "read_us": us, "at": "2026-11-29T03:00:00+00:00"}
+
+
+def _run(store, kind: str, probes: list[dict], *, fail: bool = False, platform: str = PLATFORM) -> str:
+    try:
+        with store.run(kind, platform, {}) as run:
+            run.summary = {"memory_probe": probes}
+            if fail:
+                raise RuntimeError("the run fails")
+    except RuntimeError:
+        pass
+    return run.run_id
+
+
+def test_pace_is_the_ratio_of_medians_of_completed_runs(store):
+    platforms.ensure_named(store, PLATFORM, device_kind="cpu")
+    platforms.ensure_named(store, "other-cpu", device_kind="cpu")
+    _run(store, "ops", [_probe(3000.0), _probe(3200.0)])
+    _run(store, "ops", [_probe(2800.0), _probe(3100.0), _probe(10.0, nbytes=2 ** 20)])  # another size: not counted
+    _run(store, "ops", [_probe(90000.0)], fail=True)            # a failed run's probes do not count
+    _run(store, "ops", [_probe(1.0)], platform="other-cpu")      # nor another platform's
+    truth = _run(store, "workload", [_probe(4000.0), _probe(3900.0), _probe(4100.0)])
+    pace = memory_pace(store, truth, PLATFORM)
+    assert pace.truth_us == 4000.0 and pace.prices_us == pytest.approx(3050.0)
+    assert (pace.truth_probes, pace.prices_probes) == (3, 4)
+    assert pace.ratio == pytest.approx(4000.0 / 3050.0)
+    assert pace.label() == "x1.31"
+    assert "64 MiB read took 4.00 ms" in pace.sentence() and "3.05 ms" in pace.sentence()
+
+
+def test_no_probe_on_either_side_gives_none(store):
+    platforms.ensure_named(store, PLATFORM, device_kind="cpu")
+    old = _run(store, "workload", [])
+    assert memory_pace(store, old, PLATFORM) is None      # a run recorded before the probe existed
+    truth = _run(store, "workload", [_probe(4000.0)])
+    assert memory_pace(store, truth, PLATFORM) is None    # no ops run has a probe
+    assert memory_pace(store, None, PLATFORM) is None
+
+
+def test_summaries_without_probes_or_with_damaged_ones_read_as_none():
+    assert read_times(None) == [] and read_times("not json") == [] and read_times({"memory_probe": "x"}) == []
+    assert read_times(json.dumps({"memory_probe": [_probe(5.0), {"bytes": PROBE_BYTES, "read_us": -1}]})) == [5.0]
+
+
+def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cpu_trace_files, capsys, monkeypatch):
+    """The 2-rank CPU step recorded here, its truth and an ops run carrying real probes (the stages' summary field),
+    predicted by `pmdb predict RUN`: the row memory_pace and the sentence, within 80 columns."""
+    from sim_store import cpu_ranks, ingest
+
+    from collectors.memory_probe import read_probe
+    from pmdb.cli.main import main
+    from simulator.predict import predict_and_store
+
+    platform = platforms.resolve(store, None)
+    with store.run("ops", platform, {}) as run:
+        run.summary = {"memory_probe": [read_probe(), read_probe()]}
+    with store.run("workload", platform, {}) as run:
+        wid = store.insert_one("workloads", {"family": "other", "name": "two_rank_step", "config": {},
+                                             "config_hash": "two-rank-pace", "batch_size": 64, "world_size": 2},
+                               returning="workload_id")
+        store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": platform,
+                                           "iterations": 10, "warmup": 2, "measured_us": 12345.0})
+        run.summary = {"memory_probe": [read_probe(), read_probe(), read_probe()]}
+    truth = run.run_id
+    ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured", workload_id=wid)
+    with store.run("predict", platform, {}) as run:
+        _, pred = predict_and_store(store, run.run_id, workload_run_id=truth)
+    stored = [json.loads(s)["memory_probe"] for s in store.query(
+        "SELECT summary FROM collection_runs WHERE kind IN ('ops', 'workload') ORDER BY kind")["summary"]]
+    prices, truths = ([p["read_us"] for p in probes] for probes in stored)
+    assert pred.memory_pace.prices_us == pytest.approx(sorted(prices)[0] / 2 + sorted(prices)[1] / 2)
+    assert pred.memory_pace.truth_us == sorted(truths)[1]
+    home = str(store.workspace.home)
+    store.close()
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["--home", home, "predict", truth]) == 0
+    out = capsys.readouterr().out.splitlines()
+    row = next(line for line in out if line.startswith("memory_pace"))
+    assert row.split()[-1] == pred.memory_pace.label()
+    text = " ".join(out)
+    assert f"memory pace {pred.memory_pace.label()}: a 64 MiB read took" in text
+    assert all(len(line) <= 80 for line in out), [line for line in out if len(line) > 80]
