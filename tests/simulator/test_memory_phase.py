@@ -94,3 +94,30 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
     text = " ".join(out)
     assert f"memory pace {pred.memory_pace.label()}: a 64 MiB read took" in text
     assert all(len(line) <= 80 for line in out), [line for line in out if len(line) > 80]
+
+
+def test_the_named_query_gives_each_runs_pace_like_the_module(store):
+    """`pmdb sql --query memory_pace` on known probes: the same medians and ratio as memory_pace(); runs without
+    probes, failed runs and probes of another size are left out."""
+    from pathlib import Path
+
+    platforms.ensure_named(store, PLATFORM, device_kind="cpu")
+    _run(store, "ops", [_probe(3000.0), _probe(3200.0), _probe(5.0, nbytes=2 ** 20)])
+    _run(store, "ops", [_probe(90000.0)], fail=True)
+    runs = {}
+    for name, probes in (("paced", [_probe(4000.0), _probe(4400.0)]), ("unprobed", [])):
+        with store.run("workload", PLATFORM, {}) as run:
+            wid = store.insert_one("workloads", {"family": "other", "name": name, "config": {}, "config_hash": name,
+                                                 "batch_size": 8, "world_size": 1}, returning="workload_id")
+            store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": PLATFORM,
+                                               "iterations": 5, "warmup": 1, "measured_us": 1000.0})
+            run.summary = {"memory_probe": probes}
+        runs[name] = run.run_id
+    query = (Path(__file__).resolve().parents[2] / "sql" / "queries" / "memory_pace.sql").read_text()
+    rows = store.query(query)
+    assert rows["workload"].tolist() == ["paced"]
+    row = rows.iloc[0]
+    expected = memory_pace(store, runs["paced"], PLATFORM)
+    assert row["truth_read_ms"] == expected.truth_us / 1000 == 4.2
+    assert row["prices_read_ms"] == expected.prices_us / 1000 == 3.1
+    assert row["pace"] == round(expected.ratio, 3) and (row["truth_probes"], row["prices_probes"]) == (2, 2)
