@@ -5,7 +5,7 @@ sweep's op shapes (operands in L2, or flushed and read once) barely move: on the
 480 MiB) the demo's bert step moved x1.34 between its slowest and fastest quarter of 6-second windows over 15
 minutes, a read of a 64 MiB buffer x1.37 with it (rank correlation +0.75), the step's own op shapes x1.12-1.15
 (``benchmarks/host_phase.py``, benchmarks/results/host_phase_*). A truth measured in a slow phase and priced from
-microbenchmarks taken in a fast one is off by the phase, not by the model.
+microbenchmarks taken in a fast one can be off by the phase, not by the model.
 
 So every timed run records this probe when it starts and when it ends: ``collect ops`` (the sweep and each round
 of traced shapes) and every launch of ``collect workload`` (rank 0, before its warm-up and after its timed

@@ -6,8 +6,10 @@ its iterations), ``prices_us`` the median over every completed ``collect ops`` r
 rounds of traced shapes, at their start and end). ``ratio`` = truth / prices: above 1 the truth was measured while
 memory was slower than when the prices were taken. On the Intel host a step moved about as much as this read did
 (benchmarks/results/host_phase_*: slowest over fastest quarter of windows x1.34 and x1.37 for bert), so a
-prediction off by about the ratio was off by the host's phase. Nothing is corrected by it: it says how far the host
-moved, not what the model missed. Runs recorded before the probe existed give None.
+prediction off by about the ratio may have been off by the host's phase; near 1, the error is not a phase between
+truth and prices (the demos of 2026-11-29 03:38 / 03:44: x0.94-1.08 for every run, transformers still 10-24% over,
+the fast host's LLC holding what the cold prices put in DRAM: benchmarks/results/host_op_diagnosis_*). Nothing is
+corrected by it. Runs recorded before the probe existed give None.
 """
 from __future__ import annotations
 
