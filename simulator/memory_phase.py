@@ -22,6 +22,9 @@ from collectors.memory_probe import PROBE_BYTES
 from pmdb.store import Store
 
 
+SAME_PHASE = 0.1   # |ratio - 1| within this: one phase (two demos in one phase throughout gave x0.94-1.08 per run)
+
+
 @dataclass(frozen=True)
 class MemoryPace:
     """Median probe read times (µs) of a truth and of its prices, and their ratio."""
@@ -40,11 +43,15 @@ class MemoryPace:
         return f"x{self.ratio:.2f}"
 
     def sentence(self) -> str:
-        """One sentence for people."""
-        return (f"memory pace {self.label()}: a {PROBE_BYTES // 2 ** 20} MiB read took {self.truth_us / 1e3:.2f} ms "
-                f"around this run's truth ({self.truth_probes} probes) and {self.prices_us / 1e3:.2f} ms around the "
-                f"op sweeps that priced it ({self.prices_probes}); on a shared host steps slow and speed up with it "
-                f"(benchmarks/host_phase.py): an error of that order may be the host's phase, not the model's")
+        """One sentence for people: what was measured, and what it says of the error (:data:`SAME_PHASE`)."""
+        measured = (f"memory pace {self.label()}: a {PROBE_BYTES // 2 ** 20} MiB read took "
+                    f"{self.truth_us / 1e3:.2f} ms around this run's truth ({self.truth_probes} probes) and "
+                    f"{self.prices_us / 1e3:.2f} ms around the op sweeps that priced it ({self.prices_probes})")
+        if abs(self.ratio - 1.0) <= SAME_PHASE:
+            return (f"{measured}: the memory was in the same phase at both, so the error is not a phase of the "
+                    f"host between truth and prices")
+        return (f"{measured}; on a shared host steps slow and speed up with it (benchmarks/host_phase.py): an error "
+                f"of that order may be the host's phase, not the model's")
 
     def to_json(self) -> dict[str, Any]:
         return {"memory_truth_read_us": self.truth_us, "memory_prices_read_us": self.prices_us,

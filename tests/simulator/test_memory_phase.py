@@ -6,7 +6,7 @@ import pytest
 
 from collectors.memory_probe import PROBE_BYTES
 from pmdb import platform as platforms
-from simulator.memory_phase import memory_pace, read_times
+from simulator.memory_phase import MemoryPace, memory_pace, read_times
 
 PLATFORM = "pace-cpu"
 
@@ -40,6 +40,9 @@ def test_pace_is_the_ratio_of_medians_of_completed_runs(store):
     assert pace.ratio == pytest.approx(4000.0 / 3050.0)
     assert pace.label() == "x1.31"
     assert "64 MiB read took 4.00 ms" in pace.sentence() and "3.05 ms" in pace.sentence()
+    assert "may be the host's phase" in pace.sentence()                      # x1.31: a phase apart
+    same = MemoryPace(3100.0, 3050.0, 2, 4)
+    assert same.label() == "x1.02" and "the same phase at both" in same.sentence()
 
 
 def test_no_probe_on_either_side_gives_none(store):
