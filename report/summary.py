@@ -17,7 +17,7 @@ from pmdb.metrics import gmae
 from pmdb.store import Store
 from collectors.memory_probe import PROBE_BYTES
 from report import checks
-from simulator.memory_phase import memory_pace
+from simulator.memory_phase import memory_pace, price_times
 
 WIDTH, HEIGHT = 80, 24
 LABEL = 32   # columns of a run's label
@@ -138,8 +138,9 @@ def summarize(store: Store) -> Summary:
     local = frame[frame["truth"] != "imported"].copy()
     several = local["platform"].nunique() > 1
     out.host = host_line(store, sorted(local["platform"].unique()))
+    prices = {p: price_times(store, p) for p in local["platform"].unique()}   # read once per platform
     for _, row in local.iterrows():
-        pace = memory_pace(store, row["workload_run_id"], row["platform"])
+        pace = memory_pace(store, row["workload_run_id"], row["platform"], prices[row["platform"]])
         out.runs.append(RunRow(_label(row, several), row["measured_us"] / 1e3, _optional(row["spread"]),
                                row["predicted_us"] / 1e3, float(row["rel_error"]),
                                _optional(row["baseline_rel_error"]), None if pace is None else pace.ratio))

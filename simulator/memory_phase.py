@@ -88,11 +88,14 @@ def price_times(store: Store, platform: str) -> list[float]:
     return [t for summary in frame["summary"] for t in read_times(summary)]
 
 
-def memory_pace(store: Store, workload_run_id: str | None, platform: str) -> MemoryPace | None:
-    """The truth's memory pace against its prices', None where either has no probe."""
+def memory_pace(store: Store, workload_run_id: str | None, platform: str,
+                prices: list[float] | None = None) -> MemoryPace | None:
+    """The truth's memory pace against its prices', None where either has no probe. ``prices``: the platform's
+    :func:`price_times`, when the caller judges several runs of it (read here otherwise)."""
     if not workload_run_id:
         return None
-    truth, prices = truth_times(store, workload_run_id), price_times(store, platform)
+    truth = truth_times(store, workload_run_id)
+    prices = price_times(store, platform) if prices is None and truth else prices
     if not truth or not prices:
         return None
     return MemoryPace(float(statistics.median(truth)), float(statistics.median(prices)), len(truth), len(prices))

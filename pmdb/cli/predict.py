@@ -56,10 +56,9 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
         low, high = pred.spec_range.bounds(pred.predicted_us)
         summary["range_low_ms"], summary["range_high_ms"] = round(low / 1000, 3), round(high / 1000, 3)
     if pred.memory_pace is not None:
-        summary["memory_pace"] = pred.memory_pace.label() if fmt == "table" else round(pred.memory_pace.ratio, 4)
-        if fmt != "table":
-            summary["memory_truth_read_us"] = pred.memory_pace.truth_us
-            summary["memory_prices_read_us"] = pred.memory_pace.prices_us
+        for key, value in ({"memory_pace": _pace(pred, fmt)} if fmt == "table"
+                           else pred.memory_pace.to_json()).items():
+            summary[key] = value
     render(summary, fmt)
     if fmt != "table":
         return
@@ -90,6 +89,13 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
                 frame[column] = frame[column].map(lambda v: "-" if v is None or pd.isna(v) else f"{100 * v:.1f}%")
         frame["op"] = frame["op"].str.replace("autograd::engine::evaluate_function: ", "bw: ", regex=False).str[:40]
         render(frame.head(15))
+
+
+def _pace(pred: Prediction, fmt: str) -> str | float | None:
+    """The memory-pace cell: 'x1.25' in tables, the ratio (:meth:`MemoryPace.to_json`'s) in csv/json."""
+    if pred.memory_pace is None:
+        return None
+    return pred.memory_pace.label() if fmt == "table" else pred.memory_pace.to_json()["memory_pace"]
 
 
 def _range_text(pred: Prediction) -> str:
@@ -279,9 +285,7 @@ def _predict_all(store: Any, request: PredictionRequest, fmt: str) -> list[int]:
                           "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
                           "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2),
                           **({"range_ms": pred.range_ms} if ranged else {}),
-                          **({"memory_pace": None if pred.memory_pace is None else (
-                              pred.memory_pace.label() if fmt == "table" else round(pred.memory_pace.ratio, 4))}
-                             if paced else {})}
+                          **({"memory_pace": _pace(pred, fmt)} if paced else {})}
                          for item, pid, pred in done]), fmt)
     return [pid for _, pid, _ in done]
 

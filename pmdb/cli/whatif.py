@@ -85,13 +85,14 @@ def what_if(ctx: typer.Context, request: PredictionRequest, *, batch_size: Optio
                            "derived_trace_sets": [r.trace_set_id for r in results], "recorded_us": recorded}
     for note in dict.fromkeys(n for r in results for n in r.derived.notes + r.prediction.defaults):
         print(textwrap.fill(f"pmdb: note: {note}", 80, subsequent_indent="  "), file=sys.stderr)
+    ranged = any(r.prediction.spec_range is not None for r in results)
     rows = [{"prediction_id": r.prediction_id, "trace_set": r.trace_set_id, "batch": r.derived.batch_size,
              "world": r.derived.world_size, "plan": r.derived.derivation.get("sharder", r.derived.sharder),
              "predicted_ms": _ms(r.prediction.predicted_us),
              "x_recorded": round(r.prediction.predicted_us / recorded, 3) if recorded > 0 else None,
              "measured_ms": _ms(r.prediction.measured_us),
              "error_pct": None if r.prediction.rel_error is None else round(100 * r.prediction.rel_error, 2),
-             **({"range_ms": r.prediction.range_ms} if any(x.prediction.spec_range for x in results) else {})}
+             **({"range_ms": r.prediction.range_ms} if ranged else {})}
             for r in results]
     if fmt == "table":
         batch = "" if source.batch_size is None else f"batch {source.batch_size}, "
