@@ -12,6 +12,14 @@ of traced shapes) and every launch of ``collect workload`` (rank 0, before its w
 iterations, outside both). It reads :data:`PROBE_BYTES` once to touch it, then times :data:`READS` more reads on one
 thread and keeps their median; what is stored is ``{"bytes", "read_us", "at"}``. The comparison of a truth's probes
 with its prices' lives in :mod:`simulator.memory_phase`. About 0.1 s per probe (a 64 MiB allocation and six reads).
+
+**The LLC the process finds** (``"llc"``, the runs' probes since 2026-11-29): on a shared host the share of the
+last-level cache a process finds moves with its neighbours, and sysfs gives only the whole (480 MiB on the Intel
+host, where a 64 MiB buffer re-read at LLC pace in a fast phase and at DRAM pace in a slow one). With it a probe
+times reads of 16, 64 and 256 MiB just touched and of the 64 MiB buffer just flushed from every cache level (the
+DRAM reference); :mod:`simulator.llc_found` turns them into the fraction of a re-read buffer found in the LLC, per
+size. About 0.3 s more (2026-11-29, Intel host: 16 MiB x4 2.4-2.6 ms, 64 MiB 2.8-3.4 ms, flushed 5.3 ms, 256 MiB
+/ 4 5.7 ms).
 """
 from __future__ import annotations
 
@@ -19,39 +27,77 @@ import mmap
 import statistics
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from collectors.ops import cache_evict
+
 PROBE_BYTES = 64 * 2 ** 20   # beyond what one process finds of a shared LLC (~32-64 MiB on the Intel host)
 READS = 5
+LLC_SIZES = (16 * 2 ** 20, PROBE_BYTES, 256 * 2 ** 20)   # the reads of the LLC curve (bytes); the first is its reference
+CURVE_READS = 3
 
 
-def read_probe(nbytes: int = PROBE_BYTES, reads: int = READS) -> dict[str, Any]:
-    """One probe: the median time (µs) of ``reads`` sums over a float32 buffer of ``nbytes`` read just before, on one
-    thread (the caller's thread count is restored)."""
-    if nbytes < 4 or reads < 1:
-        raise ValueError("a probe needs at least 4 bytes and one read")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _mapped(nbytes: int) -> tuple[mmap.mmap, np.ndarray]:
+    """A float32 buffer of ``nbytes`` filled with ones, mapped apart from the heap (the caller closes the map)."""
     # mapped apart from the heap and unmapped after: under pmdb's allocator settings (collectors.workloads.allocator)
     # a heap block is never given back, and 64 MiB of free heap would let `collect ops`' memory cap (a bound on the
     # data segment's growth) pass configs that need more, and change a workload's heap
     mapped = mmap.mmap(-1, nbytes - nbytes % 4)
+    array = np.frombuffer(mapped, dtype=np.float32)
+    array.fill(1.0)
+    return mapped, array
+
+
+def _read_times(nbytes: int, reads: int, before: Callable[[torch.Tensor], None] | None = None) -> list[float]:
+    """µs of ``reads`` sums over a buffer of ``nbytes`` read once before (``before(buffer)`` runs before each)."""
+    mapped, array = _mapped(nbytes)
     try:
-        array = np.frombuffer(mapped, dtype=np.float32)
-        array.fill(1.0)
         buffer = torch.from_numpy(array)
         buffer.sum()
         times = []
         for _ in range(reads):
+            if before is not None:
+                before(buffer)
             start = time.perf_counter_ns()
             buffer.sum()
             times.append((time.perf_counter_ns() - start) / 1e3)
-        del buffer, array
+        del buffer
+    finally:
+        del array
+        mapped.close()
+    return times
+
+
+def llc_curve(reads: int = CURVE_READS) -> dict[str, Any] | None:
+    """The reads of :data:`LLC_SIZES` just touched and of the probe's buffer just flushed from every cache level
+    (``cache_evict``): ``{"sizes", "reads_us", "flushed_bytes", "flushed_us"}``, medians in µs; None where no flush helper loads."""
+    evictor = cache_evict.load()
+    if evictor is None:
+        return None
+    touched = [round(float(statistics.median(_read_times(size, reads))), 1) for size in LLC_SIZES]
+    flushed = _read_times(PROBE_BYTES, reads, lambda b: evictor.evict([(b.data_ptr(), b.numel() * 4)]))
+    return {"sizes": list(LLC_SIZES), "reads_us": touched, "flushed_bytes": PROBE_BYTES,
+            "flushed_us": round(float(statistics.median(flushed)), 1)}
+
+
+def read_probe(nbytes: int = PROBE_BYTES, reads: int = READS, curve: bool = False) -> dict[str, Any]:
+    """One probe: the median time (µs) of ``reads`` sums over a float32 buffer of ``nbytes`` read just before, on one
+    thread (the caller's thread count is restored); ``curve``: with the LLC curve (:func:`llc_curve`, ~0.3 s more)
+    under ``"llc"``."""
+    if nbytes < 4 or reads < 1:
+        raise ValueError("a probe needs at least 4 bytes and one read")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        times = _read_times(nbytes, reads)
+        found = llc_curve() if curve else None
     finally:
         torch.set_num_threads(threads)
-        mapped.close()
-    return {"bytes": int(nbytes), "read_us": round(float(statistics.median(times)), 1),
-            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    out: dict[str, Any] = {"bytes": int(nbytes), "read_us": round(float(statistics.median(times)), 1),
+                           "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if found is not None:
+        out["llc"] = found
+    return out

@@ -15,11 +15,15 @@ An op's **cold share** ``f`` is the byte-weighted mean of these (0, 1, 0.5) over
 its time ``warm^(1-f) * cold^f``. No parameter is fitted: the capacities are the platform's detected cache sizes
 (:attr:`pmdb.platform.Platform.cache_bytes`). An op without sized inputs (no execution trace) is priced
 half-way (the blend). Sizes in bytes.
+
+Where the run recorded the LLC it found (:mod:`simulator.llc_found`: reads of 16, 64 and 256 MiB against the DRAM
+pace, at the run's time), that measured fraction replaces "all of it while the sysfs LLC holds it": on a shared
+host a process finds a share of the LLC that moves with its neighbours.
 """
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -29,8 +33,12 @@ LLC_NOT_L2 = 0.5   # cold share of bytes found in the LLC by an op whose warm ti
 UNKNOWN = 0.5      # cold share of an op without reuse distances (the blend)
 
 
-def cold_share(reuse: Sequence[Sequence[float]], l2_bytes: float, llc_bytes: float) -> float:
-    """The op's cold share in [0, 1] (:data:`UNKNOWN` without sized inputs)."""
+def cold_share(reuse: Sequence[Sequence[float]], l2_bytes: float, llc_bytes: float,
+               found: Callable[[float], float] | None = None, sharing: int = 1) -> float:
+    """The op's cold share in [0, 1] (:data:`UNKNOWN` without sized inputs). ``found``: the LLC the run found
+    (:class:`simulator.llc_found.LlcFound`, the fraction found at a footprint in bytes), which then decides how much
+    of what L2 does not hold is in the LLC, at the footprint (reuse distance + size) times the ``sharing`` ranks;
+    without it, what an LRU cache of ``llc_bytes`` (already split among the ranks) holds."""
     total = sum(size for _, size in reuse)
     if not total:
         return UNKNOWN
@@ -38,7 +46,10 @@ def cold_share(reuse: Sequence[Sequence[float]], l2_bytes: float, llc_bytes: flo
     cold = 0.0
     for distance, size in reuse:
         in_l2 = cached_bytes(distance, size, l2_bytes)
-        in_llc = cached_bytes(distance, size, llc_bytes) - in_l2
+        if found is not None:
+            in_llc = (size - in_l2) * min(max(found((distance + size) * max(sharing, 1)), 0.0), 1.0)
+        else:
+            in_llc = cached_bytes(distance, size, llc_bytes) - in_l2
         cold += (size - in_l2 - in_llc) + (LLC_NOT_L2 * in_llc if warm_from_l2 else 0.0)
     return min(max(cold / total, 0.0), 1.0)
 

@@ -23,6 +23,7 @@ from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
 from simulator.measured_shapes import MEASURED
+from simulator.llc_found import run_llc_found
 from simulator.memory_phase import memory_pace
 from simulator.pending import pending_runs  # noqa: F401  (pmdb predict --all; kept importable from here)
 from simulator.replay import replay_programs
@@ -102,17 +103,23 @@ def _predict(store: Store, resolved: ResolvedRequest) -> Prediction:
     session, target = resolved.session, resolved.target_platform
     graph = load_graphs(store, trace_set_id, pick="best", detail=session.detail, reuse=session.reuse,
                         info=resolved.trace_set, marked=resolved.iterations)[0]
+    found = None
+    if session.reuse and session.platform.sync_host:   # the LLC the run found, else the one its prices found
+        found = run_llc_found(store, truth.workload_run_id if resolved.source_platform == target else None, target,
+                              session.platform.cache_bytes[1])
     pred = session.prediction(graph, EmbeddingStats.from_store(store, resolved.workload_id),
                               source_platform=resolved.source_platform, trace_set_id=trace_set_id,
                               threads=resolved.threads, measured_us=truth.measured_us,
-                              workload_run_id=truth.workload_run_id, timeline=resolved.request.timeline)
+                              workload_run_id=truth.workload_run_id, timeline=resolved.request.timeline,
+                              llc_found=found)
     if resolved.source_platform == target and session.platform.sync_host:   # a CPU truth measured here
         pred.memory_pace = memory_pace(store, truth.workload_run_id, target)
     used = [(m.name, m.version) for m in pred.models]
     pred.warnings = [n for n in [thread_mismatch(store, truth.workload_run_id, used)
                                  if resolved.run_threads is not None
                                  else set_thread_mismatch(store, trace_set_id, used, resolved.threads)] if n]
-    pred.defaults = [n for n in [session.missing_models(), session.missing_overheads()] if n]
+    pred.defaults = [n for n in [session.missing_models(), session.missing_overheads(),
+                                 found.sentence() if found is not None else None] if n]
     external = external_note(pred.result, mode)
     if external:
         pred.defaults.append(external)

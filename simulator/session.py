@@ -17,6 +17,7 @@ from simulator import semantics as sem_mod
 from simulator.cross_gpu_range import SpecRange, spec_range
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, TimedOp, simulate, steady_period
+from simulator.llc_found import LlcFound
 from simulator.measured_shapes import MEASURED, ShapeMedians, check_kernels
 from simulator.model_set import (REUSE, ModelSelection, ModelSet, Overheads, check_cache_state, default_lender,
                                  load_model_set)
@@ -136,11 +137,12 @@ class PredictionSession:
         return comm_shares_core(self.platform, world_size, threads)
 
     def simulate(self, graph: TraceGraph, embedding: EmbeddingStats, threads: int | None,
-                 timeline: bool = False) -> Simulated:
+                 timeline: bool = False, llc_found: LlcFound | None = None) -> Simulated:
         """Price every op of ``graph`` with the session's models and run Algorithm 1 over its ranks (``timeline``:
-        also record where every op went, :attr:`Simulated.iteration`)."""
+        also record where every op went, :attr:`Simulated.iteration`; ``llc_found``: the LLC the run found, for
+        ``--cache-state reuse``, :mod:`simulator.llc_found`)."""
         timing = ModelTiming(self.models, self.overheads, self.platform.semantics, embedding,
-                             self.platform.cache_bytes, self.measured, threads)
+                             self.platform.cache_bytes, self.measured, threads, llc_found)
         programs = timing.programs(graph)
         shared = self.shares_core(len(graph.ranks), threads)
         engine = sem_mod.get(self.platform.semantics, comm_shares_core=shared)
@@ -166,11 +168,12 @@ class PredictionSession:
 
     def prediction(self, graph: TraceGraph, embedding: EmbeddingStats, *, source_platform: str,
                    trace_set_id: int = -1, threads: int | None = None, measured_us: float | None = None,
-                   workload_run_id: str | None = None, timeline: bool = False) -> Prediction:
+                   workload_run_id: str | None = None, timeline: bool = False,
+                   llc_found: LlcFound | None = None) -> Prediction:
         """A storable model-mode prediction of ``graph`` (``trace_set_id`` -1 until a derived graph is stored;
         ``timeline``: with its recorded iteration, ``Prediction.iteration``)."""
         started = time.perf_counter()
-        run = self.simulate(graph, embedding, threads, timeline)
+        run = self.simulate(graph, embedding, threads, timeline, llc_found)
         return Prediction(trace_set_id=int(trace_set_id), mode="model", source_platform=source_platform,
                           target_platform=self.platform.name, result=run.result, predicted_us=run.predicted_us,
                           iterations=1, measured_us=measured_us, workload_run_id=workload_run_id,

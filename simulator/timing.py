@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -107,7 +107,8 @@ class ModelTiming:
 
     def __init__(self, models: ModelSet, overheads: Overheads, semantics: Semantics,
                  embedding: EmbeddingStats | None = None, cache_bytes: tuple[int | None, int | None] = (None, None),
-                 measured: ShapeMedians | None = None, threads: int | None = None):
+                 measured: ShapeMedians | None = None, threads: int | None = None,
+                 llc_found: Callable[[float], float] | None = None):
         self.models = models
         # --kernels measured: ops whose exact shape was microbenchmarked at ``threads`` are priced by that median
         self.measured, self.threads = measured, threads
@@ -116,6 +117,7 @@ class ModelTiming:
         reuse = models.selection is not None and models.selection.cache_state == REUSE
         self.cache_levels = cache_bytes if reuse and levels_known(*cache_bytes) else None
         self.reuse = reuse
+        self.llc_found = llc_found if reuse else None   # the LLC the run found (simulator.llc_found), else LRU
         self.overheads = overheads
         self.sync_host = semantics == Semantics.SYNC_HOST
         # on a CPU, unless a cache state was chosen: an embedding lookup whose exact tables were timed in a training
@@ -176,7 +178,8 @@ class ModelTiming:
             partner = self.models.warm_partner(*key) if ref is not None else None
             shares = None
             if partner is not None and self.reuse:
-                shares = np.array([cold_share(r.node.reuse, *levels) if levels else UNKNOWN for r in group])
+                shares = np.array([cold_share(r.node.reuse, *levels, self.llc_found, sharing_llc) if levels
+                                   else UNKNOWN for r in group])
             states = [m.cache_state or self.default_state for m in (ref, partner) if m is not None]
             exact = self._exact(group, states or [self.default_state], shares)
             left = [i for i, t in enumerate(exact) if t is None]   # the rows no measurement priced

@@ -399,7 +399,7 @@ class Sweep:
         self.summary.planned(len(items), resumed)
         if items and self.device.type == "cpu":   # the host's memory pace while these prices are taken
             with self._unbounded():
-                self.summary.memory_probe.append(read_probe())
+                self.summary.memory_probe.append(read_probe(curve=True))
         self.run.summary = self.summary.as_dict()
         bar = tqdm(items, total=len(items), unit="config", disable=not progress, dynamic_ncols=True,
                    desc="collect ops")
@@ -418,7 +418,7 @@ class Sweep:
                 check_interrupt()
                 if self.summary.memory_probe:
                     with self._unbounded():
-                        self.summary.memory_probe.append(read_probe())
+                        self.summary.memory_probe.append(read_probe(curve=True))
         except KeyboardInterrupt:
             self.summary.stopped = "interrupted"
             raise

@@ -108,7 +108,8 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
 
     step = trainer.step
     built = time.perf_counter()
-    probes = [read_probe()] if rank == 0 else []   # the host's memory pace, before the warm-up re-warms the caches
+    # the host's memory pace and the LLC it finds, before the warm-up re-warms the caches
+    probes = [read_probe(curve=True)] if rank == 0 else []
     time_iterations(step, job.warmup_ids, [], before, sync)
     optimizer = getattr(trainer, "optimizer", None)
     state = state_zero_fractions(optimizer, job.warmup)   # between iterations: outside every timed interval
@@ -116,7 +117,7 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
     timed = time.perf_counter()
     state += state_zero_fractions(optimizer, job.warmup + job.iters)
     if rank == 0:
-        probes.append(read_probe())
+        probes.append(read_probe(curve=True))
     out: dict[str, Any] = {"rank": rank, "times_us": times, "info": trainer.info(), "threads": torch.get_num_threads(),
                            "allocator_env": {k: v for k, v in os.environ.items() if k in RECORDED},
                            "wall_s": {"build": built - started, "ground_truth": timed - built},

@@ -1,0 +1,128 @@
+"""The last-level cache a run found: per buffer size, the fraction of a re-read buffer found there (0..1).
+
+sysfs gives a host's whole LLC; on a shared host a process finds a share of it that moves with its neighbours. On
+the 2-core Intel Xeon host (lscpu L3 480 MiB) a 64 MiB buffer re-read just touched took 2.6-3.4 ms in a fast phase
+(near the LLC pace of a 16 MiB one, x4) and ~7 ms in a slow one, and a 256 MiB buffer read at DRAM pace in both.
+Every timed run records the reads of :data:`collectors.memory_probe.LLC_SIZES` just touched and of the 64 MiB
+buffer just flushed from every cache (its ``"llc"`` probes). Per probe and size S, with ``t(S)`` its touched read,
+``L`` the smallest size's time per byte (the LLC pace) and ``D`` the flushed read's (the DRAM pace)::
+
+    found(S) = clip((D*S - t(S)) / ((D - L)*S), 0, 1)
+
+the share of its bytes read at LLC rather than DRAM pace (the smallest size: 1 by construction). A run's curve is
+the per-size median over its probes; between sizes it is interpolated on log2 of the size, below the smallest it
+is 1, beyond the largest it keeps the largest's value, and beyond the sysfs LLC it is 0. Nothing is fitted.
+``--cache-state reuse`` (:mod:`simulator.cache_levels`) finds an operand byte in the LLC with this fraction at its
+reuse distance plus its storage's size, in place of "all of it while the sysfs LLC holds it" (LRU). The run's own
+probes are used where it has them, else the platform's ``collect ops`` runs' (the prices' moment).
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from pmdb.store import Store
+
+
+@dataclass(frozen=True)
+class LlcFound:
+    """Found fractions (0..1) at buffer sizes (bytes, ascending); ``llc_bytes`` the sysfs LLC (None: unknown)."""
+
+    sizes: tuple[float, ...]
+    found: tuple[float, ...]
+    probes: int
+    source: str                # 'run' (the truth's own probes) or 'ops' (the platform's sweeps)
+    llc_bytes: float | None = None
+
+    def __call__(self, nbytes: float) -> float:
+        """The fraction found at a reuse footprint of ``nbytes``."""
+        if self.llc_bytes and nbytes > self.llc_bytes:
+            return 0.0
+        if nbytes <= self.sizes[0]:
+            return self.found[0]
+        if nbytes >= self.sizes[-1]:
+            return self.found[-1]
+        x = math.log2(nbytes)
+        for (s0, f0), (s1, f1) in zip(zip(self.sizes, self.found), zip(self.sizes[1:], self.found[1:])):
+            if nbytes <= s1:
+                w = (x - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+                return f0 + w * (f1 - f0)
+        return self.found[-1]
+
+    def with_llc(self, llc_bytes: float | None) -> "LlcFound":
+        return LlcFound(self.sizes, self.found, self.probes, self.source, llc_bytes)
+
+    def label(self) -> str:
+        """'16 MiB 100%, 64 MiB 85%, 256 MiB 0%'."""
+        return ", ".join(f"{int(s) // 2 ** 20} MiB {100 * f:.0f}%" for s, f in zip(self.sizes, self.found))
+
+    def sentence(self) -> str:
+        whose = "this run's" if self.source == "run" else "the platform's op sweeps'"
+        return (f"reuse: the LLC found by {whose} {self.probes} memory probes, share of a re-read buffer found in "
+                f"it: {self.label()}")
+
+
+def probe_found(llc: Any) -> dict[float, float] | None:
+    """One probe's ``"llc"`` entry as {size bytes: found fraction}; None when it is missing or unusable."""
+    if not isinstance(llc, dict):
+        return None
+    sizes, reads, flushed = llc.get("sizes"), llc.get("reads_us"), llc.get("flushed_us")
+    if not (isinstance(sizes, list) and isinstance(reads, list) and len(sizes) == len(reads) >= 2
+            and isinstance(flushed, (int, float)) and flushed > 0):
+        return None
+    try:
+        pairs = sorted((float(s), float(t)) for s, t in zip(sizes, reads))
+    except (TypeError, ValueError):
+        return None
+    if any(s <= 0 or t <= 0 for s, t in pairs):
+        return None
+    llc_pace = pairs[0][1] / pairs[0][0]                      # µs per byte at the smallest size
+    dram_pace = float(flushed) / float(llc.get("flushed_bytes", 64 * 2 ** 20))
+    if dram_pace <= llc_pace:
+        return None                                          # no LLC to tell apart from DRAM
+    return {s: min(max((dram_pace * s - t) / ((dram_pace - llc_pace) * s), 0.0), 1.0) for s, t in pairs}
+
+
+def from_summaries(summaries: Iterable[Any], source: str) -> LlcFound | None:
+    """The per-size median curve over every probe with an ``"llc"`` entry in these run summaries (JSON or dicts)."""
+    per_size: dict[float, list[float]] = {}
+    probes = 0
+    for summary in summaries:
+        if isinstance(summary, str):
+            try:
+                summary = json.loads(summary)
+            except ValueError:
+                continue
+        listed = summary.get("memory_probe") if isinstance(summary, dict) else None
+        for probe in listed if isinstance(listed, list) else []:
+            found = probe_found(probe.get("llc")) if isinstance(probe, dict) else None
+            if found is None:
+                continue
+            probes += 1
+            for size, value in found.items():
+                per_size.setdefault(size, []).append(value)
+    if not probes:
+        return None
+    sizes = tuple(sorted(s for s, v in per_size.items() if len(v) * 2 >= probes))   # sizes most probes hold
+    if len(sizes) < 2:
+        return None
+    return LlcFound(sizes, tuple(float(statistics.median(per_size[s])) for s in sizes), probes, source)
+
+
+def run_llc_found(store: Store, workload_run_id: str | None, platform: str,
+                  llc_bytes: float | None = None) -> LlcFound | None:
+    """The LLC a workload run found (its own probes), else the one the platform's completed op sweeps found; None
+    where neither recorded it (runs before 2026-11-29, GPU platforms, hosts without a cache-line flush)."""
+    if workload_run_id:
+        frame = store.query("SELECT summary FROM collection_runs WHERE run_id = ?", [workload_run_id])
+        found = from_summaries(frame["summary"], "run")
+        if found is not None:
+            return found.with_llc(llc_bytes)
+    frame = store.query("SELECT summary FROM collection_runs WHERE kind = 'ops' AND status = 'completed' "
+                        "AND platform = ?", [platform])
+    found = from_summaries(frame["summary"], "ops")
+    return None if found is None else found.with_llc(llc_bytes)
+
