@@ -17,6 +17,7 @@ from pmdb.metrics import gmae
 from pmdb.store import Store
 from collectors.memory_probe import PROBE_BYTES
 from report import checks
+from simulator.llc_found import run_llc_found
 from simulator.memory_phase import memory_pace, price_times
 
 WIDTH, HEIGHT = 80, 24
@@ -53,6 +54,7 @@ class RunRow:
     error: float                  # (predicted - measured) / measured
     baseline_error: float | None  # the same for the sum of kernel times
     memory_pace: float | None = None   # the host's memory read time at its truth over at its prices (None: unknown)
+    llc_found: float | None = None     # share of a re-read 64 MiB buffer its truth's probes found in the LLC
 
 
 @dataclass(frozen=True)
@@ -141,9 +143,11 @@ def summarize(store: Store) -> Summary:
     prices = {p: price_times(store, p) for p in local["platform"].unique()}   # read once per platform
     for _, row in local.iterrows():
         pace = memory_pace(store, row["workload_run_id"], row["platform"], prices[row["platform"]])
+        found = run_llc_found(store, row["workload_run_id"], row["platform"])
         out.runs.append(RunRow(_label(row, several), row["measured_us"] / 1e3, _optional(row["spread"]),
                                row["predicted_us"] / 1e3, float(row["rel_error"]),
-                               _optional(row["baseline_rel_error"]), None if pace is None else pace.ratio))
+                               _optional(row["baseline_rel_error"]), None if pace is None else pace.ratio,
+                               found(PROBE_BYTES) if found is not None and found.source == "run" else None))
     if not local.empty:
         local["group"] = [f"{f} ws{int(w)}" + (f" @{p}" if several else "")
                           for f, w, p in zip(local["family"], local["world_size"], local["platform"])]
@@ -214,6 +218,10 @@ def render(summary: Summary, report: str, title: str = "the latest model-mode pr
     legend = ["spread: (p90-p10)/median of its iterations; baseline: sum of kernel times/stream"]
     if paced:
         legend.append(f"pace: a {PROBE_BYTES // 2 ** 20} MiB read at the truth over at the op sweeps (memory's phase)")
+    found = [r.llc_found for r in summary.runs if r.llc_found is not None]
+    if found:
+        legend.append(f"llc: {100 * min(found):.0f}-{100 * max(found):.0f}% of a re-read {PROBE_BYTES // 2 ** 20} MiB "
+                      f"was found in the LLC at the truths")
     families = [f"{'family':{LABEL}} {'runs':>5} {'model |e|':>10} {'baseline |e|':>13}  (geomean)"]
     families += [f"{f.name[:LABEL]:{LABEL}} {f.runs:>5} {100 * f.model_gmae:>9.1f}% "
                  f"{'-' if f.baseline_gmae is None else f'{100 * f.baseline_gmae:.1f}%':>13}"

@@ -12,9 +12,10 @@ buffer just flushed from every cache (its ``"llc"`` probes). Per probe and size 
 the share of its bytes read at LLC rather than DRAM pace (the smallest size: 1 by construction). A run's curve is
 the per-size median over its probes; between sizes it is interpolated on log2 of the size, below the smallest it
 is 1, beyond the largest it keeps the largest's value, and beyond the sysfs LLC it is 0. Nothing is fitted.
-``--cache-state reuse`` (:mod:`simulator.cache_levels`) finds an operand byte in the LLC with this fraction at its
-reuse distance plus its storage's size, in place of "all of it while the sysfs LLC holds it" (LRU). The run's own
-probes are used where it has them, else the platform's ``collect ops`` runs' (the prices' moment).
+Reuse pricing (:mod:`simulator.cache_levels`: ``--cache-state reuse``, and a CPU's default wherever a curve was
+recorded) finds an operand byte in the LLC with this fraction at its reuse distance plus its storage's size, in
+place of "all of it while the sysfs LLC holds it" (LRU). The run's own probes are used where it has them, else the
+platform's ``collect ops`` runs' (the prices' moment).
 """
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ class LlcFound:
 
     def sentence(self) -> str:
         whose = "this run's" if self.source == "run" else "the platform's op sweeps'"
-        return (f"reuse: the LLC found by {whose} {self.probes} memory probes, share of a re-read buffer found in "
-                f"it: {self.label()}")
+        return (f"ops priced by reuse distance in the LLC found by {whose} {self.probes} memory probes (share of a "
+                f"re-read buffer found there: {self.label()})")
 
 
 def probe_found(llc: Any) -> dict[float, float] | None:

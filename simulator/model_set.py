@@ -190,13 +190,16 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
     lazily. Where one (op, pass, implementation) has models of several cache states, the one that matches in-context
     times best on the platform kind is used (cold on CPUs, device timings on GPUs) unless ``cache_state`` says;
     ``cache_state='blend'`` keeps a warm and a cold model per op (their geometric mean is used, see timing), and so
-    does ``'reuse'`` (each op between the two by its operands' reuse distances, :mod:`simulator.cache_levels`).
+    do ``'reuse'`` (each op between the two by its operands' reuse distances, :mod:`simulator.cache_levels`) and the
+    default on a CPU (reuse where the run recorded the LLC it found, :mod:`simulator.llc_found`; else cold).
     Collectives are priced by their in-context versions where the selection holds one, unless ``spec`` ends in
     '+plain' (:func:`choose_collectives`)."""
     from fitters.load import load_model, select_models
 
     alias, versions = parse_spec(spec)
-    blend = cache_state in PAIRED
+    # paired: a warm and a cold model per op; on a CPU by default too, for a run whose memory probes recorded the
+    # LLC it found (its ops are then priced by reuse distance, simulator.timing; without one, cold as before)
+    blend = cache_state in PAIRED or (cache_state is None and semantics == Semantics.SYNC_HOST)
     refs = select_models(store, platform, alias or "champion", versions=versions,
                          cache_state=None if blend else cache_state)
     refs = choose_collectives(refs, collective_choice(spec)[1])

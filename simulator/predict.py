@@ -23,7 +23,6 @@ from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
 from simulator.measured_shapes import MEASURED
-from simulator.llc_found import run_llc_found
 from simulator.memory_phase import memory_pace
 from simulator.pending import pending_runs  # noqa: F401  (pmdb predict --all; kept importable from here)
 from simulator.replay import replay_programs
@@ -101,12 +100,10 @@ def _predict(store: Store, resolved: ResolvedRequest) -> Prediction:
                           workload_run_id=truth.workload_run_id, elapsed_s=time.perf_counter() - started,
                           iteration=iteration)
     session, target = resolved.session, resolved.target_platform
-    graph = load_graphs(store, trace_set_id, pick="best", detail=session.detail, reuse=session.reuse,
+    # the LLC the run found (a CPU run measured here; else the one the platform's op sweeps found)
+    found = session.llc_found(store, truth.workload_run_id if resolved.source_platform == target else None)
+    graph = load_graphs(store, trace_set_id, pick="best", detail=session.detail, reuse=session.reuse_with(found),
                         info=resolved.trace_set, marked=resolved.iterations)[0]
-    found = None
-    if session.reuse and session.platform.sync_host:   # the LLC the run found, else the one its prices found
-        found = run_llc_found(store, truth.workload_run_id if resolved.source_platform == target else None, target,
-                              session.platform.cache_bytes[1])
     pred = session.prediction(graph, EmbeddingStats.from_store(store, resolved.workload_id),
                               source_platform=resolved.source_platform, trace_set_id=trace_set_id,
                               threads=resolved.threads, measured_us=truth.measured_us,

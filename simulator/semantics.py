@@ -35,7 +35,9 @@ from pmdb.traces.graph import Stream
 # 5: a host wait for work outside the trace (peers, other threads) stays: replay keeps a traced wait's part that the
 #    rank's own work does not explain, model mode prices it (engine.TimedOp.traced_wait_us, external_us); on a GPU a
 #    new collective waits for the compute stream, which no longer waits for it (AsyncDevice.collective_sync)
-RULES_VERSION = 5
+# 6: on a CPU the default prices each op by reuse distance in the LLC its run found, where the run (or the
+#    platform's op sweeps) recorded it (simulator.llc_found); cold without
+RULES_VERSION = 6
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

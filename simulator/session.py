@@ -17,7 +17,7 @@ from simulator import semantics as sem_mod
 from simulator.cross_gpu_range import SpecRange, spec_range
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, TimedOp, simulate, steady_period
-from simulator.llc_found import LlcFound
+from simulator.llc_found import LlcFound, run_llc_found
 from simulator.measured_shapes import MEASURED, ShapeMedians, check_kernels
 from simulator.model_set import (REUSE, ModelSelection, ModelSet, Overheads, check_cache_state, default_lender,
                                  load_model_set)
@@ -131,6 +131,20 @@ class PredictionSession:
     def reuse(self) -> bool:
         """Whether graphs need their ops' reuse distances (``--cache-state reuse``, :mod:`simulator.cache_levels`)."""
         return self.models.selection is not None and self.models.selection.cache_state == REUSE
+
+    def reuse_with(self, found: LlcFound | None) -> bool:
+        """Whether a graph is priced by reuse distance given the LLC its run found: ``--cache-state reuse``, or the
+        default on a CPU when the run (or the platform's op sweeps) recorded that LLC."""
+        default = self.models.selection is None or self.models.selection.cache_state == "default"
+        return self.reuse or (default and self.platform.sync_host and found is not None)
+
+    def llc_found(self, store: Store, workload_run_id: str | None) -> LlcFound | None:
+        """The LLC a CPU run measured here found (else the platform's op sweeps'), where reuse pricing may use it:
+        ``--cache-state reuse`` or the default (:mod:`simulator.llc_found`); None elsewhere."""
+        state = self.models.selection.cache_state if self.models.selection is not None else "default"
+        if not self.platform.sync_host or state not in ("default", REUSE):
+            return None
+        return run_llc_found(store, workload_run_id, self.platform.name, self.platform.cache_bytes[1])
 
     def shares_core(self, world_size: int, threads: int | None) -> bool:
         """The core rule for a graph of ``world_size`` ranks of ``threads`` intra-op threads each."""

@@ -32,7 +32,7 @@ from simulator.replay import one_launch, replay_programs
 from pmdb.traces.graph import Op, Stream, TraceGraph
 from simulator.cache_levels import UNKNOWN, between, cold_share, levels_known
 from simulator.measured_shapes import MICROBENCHMARK, MINED, MINED_SELF, ShapeMedians
-from simulator.model_set import CACHE_PREFERENCE, CACHE_STATES, PAIRED, REUSE, ModelSet, Overheads
+from simulator.model_set import BLEND, CACHE_PREFERENCE, CACHE_STATES, PAIRED, REUSE, ModelSet, Overheads
 from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
@@ -113,16 +113,19 @@ class ModelTiming:
         # --kernels measured: ops whose exact shape was microbenchmarked at ``threads`` are priced by that median
         self.measured, self.threads = measured, threads
         self.default_state = _default_state(models, semantics)
-        # --cache-state reuse: (L2, LLC) bytes that place each op between its warm and cold model (cache_levels)
-        reuse = models.selection is not None and models.selection.cache_state == REUSE
+        self.sync_host = semantics == Semantics.SYNC_HOST
+        state = models.selection.cache_state if models.selection is not None else "default"
+        # --cache-state reuse, and a CPU's default where the run recorded the LLC it found (``llc_found``,
+        # simulator.llc_found): (L2, LLC) bytes and reuse distances place each op between its warm and cold model
+        # (cache_levels); the default without it is cold
+        reuse = state == REUSE or (state == "default" and self.sync_host and llc_found is not None)
         self.cache_levels = cache_bytes if reuse and levels_known(*cache_bytes) else None
         self.reuse = reuse
-        self.llc_found = llc_found if reuse else None   # the LLC the run found (simulator.llc_found), else LRU
+        self.paired = reuse or state == BLEND   # whether an op's warm model takes part
+        self.llc_found = llc_found if reuse else None   # the LLC the run found, else LRU over the sysfs LLC
         self.overheads = overheads
-        self.sync_host = semantics == Semantics.SYNC_HOST
         # on a CPU, unless a cache state was chosen: an embedding lookup whose exact tables were timed in a training
         # loop of their own (collectors.ops.timer.time_loop) is priced by that, the caches as a step leaves them
-        state = models.selection.cache_state if models.selection is not None else "default"
         self.loop = self.sync_host and state in ("default", REUSE)
         self.embedding = embedding or EmbeddingStats()
         self.usage = Usage()
@@ -175,7 +178,7 @@ class ModelTiming:
             groups.setdefault((row.mapped.op, row.mapped.pass_, row.implementation), []).append(row)
         for key, group in groups.items():
             ref = self.models.kernel(*key)
-            partner = self.models.warm_partner(*key) if ref is not None else None
+            partner = self.models.warm_partner(*key) if ref is not None and self.paired else None
             shares = None
             if partner is not None and self.reuse:
                 shares = np.array([cold_share(r.node.reuse, *levels, self.llc_found, sharing_llc) if levels

@@ -22,3 +22,23 @@ def test_a_buffer_64_times_larger_takes_longer_to_read():
 def test_a_probe_of_nothing_is_refused():
     with pytest.raises(ValueError):
         read_probe(0)
+
+
+def test_a_probe_with_the_llc_curve_times_touched_and_flushed_reads():
+    """The LLC curve's reads are real: each touched size and the 64 MiB buffer flushed from every cache level. The
+    flushed read runs at DRAM pace, slower per byte than the smallest buffer read just touched (from the LLC)."""
+    from collectors.memory_probe import LLC_SIZES
+    from collectors.ops import cache_evict
+    from simulator.llc_found import probe_found
+
+    if cache_evict.load() is None:
+        pytest.skip(f"no cache-line flush helper on this machine: {cache_evict.why_unavailable()}")
+    probes = [read_probe(curve=True) for _ in range(3)]
+    assert all(p["read_us"] > 0 for p in probes)
+    llc = [p["llc"] for p in probes]
+    assert all(entry["sizes"] == list(LLC_SIZES) and all(t > 0 for t in entry["reads_us"]) for entry in llc)
+    best = min(llc, key=lambda entry: entry["reads_us"][0] / entry["flushed_us"])
+    assert best["flushed_us"] / best["flushed_bytes"] > 1.2 * best["reads_us"][0] / best["sizes"][0]
+    found = probe_found(best)
+    assert found[LLC_SIZES[0]] == 1.0 and all(0.0 <= f <= 1.0 for f in found.values())
+    assert "llc" not in read_probe()       # the plain probe stays ~0.1 s

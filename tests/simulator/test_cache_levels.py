@@ -22,6 +22,15 @@ def test_cold_share_by_level():
     # byte-weighted: 1 MB in L2 range (distance 0 but larger than L2 -> warm from LLC), 1 MB beyond the LLC
     assert cold_share([(0.0, MB), (40 * MB, MB)], l2, llc) == pytest.approx(0.5)
     assert cold_share([], l2, llc) == UNKNOWN
+    # the LLC the run found (simulator.llc_found) in place of LRU over the sysfs LLC: what L2 does not hold is
+    # found in the LLC at the fraction for its footprint (distance + size) times the ranks sharing it
+    half = lambda nbytes: 1.0 if nbytes <= 16 * MB else 0.5 if nbytes <= 64 * MB else 0.0   # noqa: E731
+    # past LRU's 32 MiB: half found, and that half half-way (its warm timing had it in L2): 0.5 + 0.5 * 0.5
+    assert cold_share([(40 * MB, 0.1 * MB)], l2, llc, half) == pytest.approx(0.75)
+    assert cold_share([(40 * MB, 8 * MB)], l2, llc, half, sharing=2) == 1.0           # 96 MiB footprint: none
+    assert cold_share([(4 * MB, 8 * MB)], l2, llc, half) == 0.0                       # within 16 MiB: warm, as LRU
+    assert cold_share([(4 * MB, 0.1 * MB)], l2, llc, half) == 0.5                     # warm timing had it in L2
+    assert cold_share([(0.0, 0.1 * MB)], l2, llc, lambda nbytes: 0.0) == 0.0          # L2 holds it whatever LLC
     both = between(np.array([100.0, 100.0]), np.array([25.0, 25.0]), np.array([0.0, 0.5]))
     assert both.tolist() == pytest.approx([25.0, 50.0])
 
@@ -40,11 +49,12 @@ def test_reuse_mode_prices_between_warm_and_cold(cpu_trace_set):
     warm = uncalibrated("fully_connected", "fwd", "float32", peaks)
     key = ("fully_connected", "fwd", "torch")
 
-    def times(cache_bytes):
+    def times(cache_bytes, llc_found=None):
         models = ModelSet(kernels={key: ModelRef("fc.cold", 1, cold, "roofline")},
                           warm={key: ModelRef("fc.warm", 1, warm, "roofline")}, peaks=peaks,
                           selection=ModelSelection("champion", "reuse", "0" * 8))
-        timing = ModelTiming(models, Overheads.latest(store, platform), "sync_host", cache_bytes=cache_bytes)
+        timing = ModelTiming(models, Overheads.latest(store, platform), "sync_host", cache_bytes=cache_bytes,
+                             llc_found=llc_found)
         timing.programs(graph)
         assert timing.usage.models == {("fc.cold", 1): len(linears) + 10, ("fc.warm", 1): len(linears) + 10}
         return np.array([timing._time[id(op)] for op in linears])
@@ -60,6 +70,10 @@ def test_reuse_mode_prices_between_warm_and_cold(cpu_trace_set):
     assert middle == pytest.approx(between(all_cold, all_warm, shares), rel=1e-3)
     inside = (shares > 0) & (shares < 1)
     assert np.all(middle[inside] > all_warm[inside] * 1.01) and np.all(middle[inside] < all_cold[inside] * 0.99)
+    # the LLC the run found decides instead of the sysfs size: all of it found is LRU's warm, none of it cold
+    assert times((1, 2 ** 41), lambda nbytes: 1.0) == pytest.approx(all_warm)
+    assert times((1, 2 ** 41), lambda nbytes: 0.0) == pytest.approx(all_cold)
+    assert np.all(times((1, 2 ** 41), lambda nbytes: 0.5) < all_cold * 0.99)
     unknown = times((None, None))           # no detected cache sizes: the blend (geometric mean)
     assert unknown == pytest.approx(np.sqrt(all_warm * all_cold), rel=1e-3)
 
@@ -89,3 +103,18 @@ def test_predict_with_cache_state_reuse_reads_reuse_distances(cpu_trace_set):
     blend = predict_trace_set(store, ts, cache_state="blend")
     assert reuse.model_selection.cache_state == "reuse" and blend.model_selection.cache_state == "blend"
     assert reuse.predicted_us != pytest.approx(blend.predicted_us, rel=1e-6)
+    assert not any("LLC found" in note for note in reuse.defaults)     # no probe with the LLC curve: LRU, sysfs
+    # an op sweep that recorded the LLC it found (real probes on this host): reuse now prices by that, and says so
+    from collectors.memory_probe import read_probe
+    with store.run("ops", platform, {}) as run:
+        run.summary = {"memory_probe": [read_probe(curve=True), read_probe(curve=True)]}
+    found = predict_trace_set(store, ts, cache_state="reuse")
+    note = next(n for n in found.defaults if "LLC found" in n)
+    assert "the platform's op sweeps' 2 memory probes" in note and "16 MiB 100%" in note
+    assert predict_trace_set(store, ts, cache_state="blend").defaults == blend.defaults   # only reuse reads it
+    # the CPU default is then reuse pricing in that LLC too; --cache-state cold keeps the cold models alone
+    default = predict_trace_set(store, ts)
+    assert default.model_selection.cache_state == "default" and any("LLC found" in n for n in default.defaults)
+    assert default.predicted_us == pytest.approx(found.predicted_us, rel=1e-9)
+    cold = predict_trace_set(store, ts, cache_state="cold")
+    assert not any("LLC found" in n for n in cold.defaults) and cold.predicted_us > default.predicted_us

@@ -11,7 +11,8 @@ KNOWN = {"ca5339b163c875b88a0d820ebd1a5256ad8b721b20204bcdf03e4ced52cbb69a": 1,
          "1fbc9cc6e4d06edeb57415c7006ead13af6fedce50f71edddb7442bea3ca7494": 2,
          "60bff867e35a6d4a62beb6d58df01efa64642b38b5dcd95cf556795c5ab757b7": 3,
          "afe1d3ee56524bf398a3d717538c814b153681fc53c7ebba2475b0cb7182f56d": 4,
-         "83c52fff1dbc43ae57afa60845ce3092304ecaf1e320af07314482191f984fa6": 5}
+         "83c52fff1dbc43ae57afa60845ce3092304ecaf1e320af07314482191f984fa6": 5,
+         "c444a4cd5d4bcc0c8b4104c902db4c058380c586f3cb77447ac925938fea1097": 6}
 
 
 def test_a_change_to_the_rules_names_its_version():

@@ -34,16 +34,16 @@ def _workload(store, name: str, family: str, world: int, sharder: str | None) ->
 
 def _predicted(store, workload: int, measured_us: float, predicted_us: float, baseline_us: float, *,
                spread: float | None = 0.1, truth_platform: str = CPU, target: str = CPU,
-               probes: list[float] | None = None) -> int:
+               probes: list[float] | None = None, llc: dict | None = None) -> int:
     """A workload run (its truth) and a model-mode prediction of a trace set of its workload, written by the stages'
     own functions; the baseline is the simulated sum of kernel times. ``probes``: the memory-probe read times (µs)
-    the run's summary holds, as collect workload stores them."""
+    the run's summary holds, as collect workload stores them (``llc``: each with that LLC curve)."""
     result = simulate([[TimedOp(kernels=((COMPUTE, baseline_us, 0.0, 0.0),))]], SyncHost())
     imported = truth_platform != CPU
     with store.run("import-e2e" if imported else "workload", truth_platform, {}) as run:
         if probes:
-            run.summary = {"memory_probe": [{"bytes": 64 * 2 ** 20, "read_us": us, "at": "2026-11-29T03:00:00+00:00"}
-                                            for us in probes]}
+            run.summary = {"memory_probe": [{"bytes": 64 * 2 ** 20, "read_us": us, "at": "2026-11-29T03:00:00+00:00",
+                                             **({"llc": llc} if llc else {})} for us in probes]}
         store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": workload, "platform": truth_platform,
                                            "iterations": 5, "warmup": 1, "measured_us": measured_us,
                                            "spread": None if imported else spread,
@@ -227,7 +227,10 @@ def test_the_memory_pace_of_each_truth_is_a_column_when_runs_have_probes(store):
     with store.run("ops", CPU, {}) as run:
         run.summary = {"memory_probe": [{"bytes": 64 * 2 ** 20, "read_us": us, "at": "2026-11-29T02:00:00+00:00"}
                                         for us in (3000.0, 3200.0)]}
-    _predicted(store, dlrm, 3000.0, 3300.0, 2900.0, probes=[4000.0, 4200.0, 4100.0])
+    # the LLC curve: 16 MiB at 625 µs (LLC pace), 64 MiB 3000 µs against 5000 flushed (DRAM pace): 80% found
+    curve = {"sizes": [16 * 2 ** 20, 64 * 2 ** 20, 256 * 2 ** 20], "reads_us": [625.0, 3000.0, 20000.0],
+             "flushed_bytes": 64 * 2 ** 20, "flushed_us": 5000.0}
+    _predicted(store, dlrm, 3000.0, 3300.0, 2900.0, probes=[4000.0, 4200.0, 4100.0], llc=curve)
     _predicted(store, bert, 30000.0, 36000.0, 31000.0)
     summary = summarize(store)
     pace = {r.label: r.memory_pace for r in summary.runs}
@@ -238,4 +241,7 @@ def test_the_memory_pace_of_each_truth_is_a_column_when_runs_have_probes(store):
     assert next(line for line in lines if line.startswith("dlrm_test ws1")).split()[-1] == "x1.32"
     assert next(line for line in lines if line.startswith("bert ws1")).split()[-1] == "-"
     assert any(line.startswith("pace: a 64 MiB read") for line in lines)
+    found = {r.label: r.llc_found for r in summary.runs}
+    assert found["dlrm_test ws1"] == pytest.approx(0.8) and found["bert ws1"] is None
+    assert "llc: 80-80% of a re-read 64 MiB was found in the LLC at the truths" in lines
     assert all(len(line) <= 80 for line in lines[:-1])
