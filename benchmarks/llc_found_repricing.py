@@ -1,6 +1,7 @@
-"""The same workspace's CPU runs priced four ways: cold (the default), ``--cache-state reuse`` over the sysfs LLC
-(LRU), and reuse with the LLC the run found (:mod:`simulator.llc_found`: the run's own probes, else the platform's
-op sweeps'). Diagnosis: what the measured LLC share changes, run by run, against each truth. Nothing is stored and
+"""The same workspace's CPU runs priced three ways: cold (``--cache-state cold``, the default before RULES_VERSION 6),
+reuse over the sysfs LLC (LRU, ``--cache-state reuse`` before the probes recorded the LLC found), and reuse with the
+LLC the run found (:mod:`simulator.llc_found`: the run's own probes, else the platform's op sweeps'; the default
+since). Diagnosis: what the measured LLC share changes, run by run, against each truth. Nothing is stored and
 nothing is fitted; the errors are against the unprofiled truths the workspace holds.
 
     .venv/bin/python benchmarks/llc_found_repricing.py pmdb-workspace [--out FILE.md]
@@ -32,18 +33,20 @@ GROUP BY ALL ORDER BY w.world_size, w.name, r.run_id
 
 
 def price(store, run: dict, way: str) -> float:
-    """Predicted µs of one run: 'cold' (default), 'lru' (reuse over the sysfs LLC), 'found' (reuse, measured LLC)."""
-    import simulator.predict as predict_mod
+    """Predicted µs of one run: 'cold' (``--cache-state cold``, the default before RULES_VERSION 6), 'lru' (reuse
+    over the sysfs LLC, as before the probes recorded the LLC found), 'found' (the default since: reuse in the
+    LLC the run found)."""
+    import simulator.session as session_mod
     from simulator.predict import predict_trace_set
 
-    state = None if way == "cold" else "reuse"
-    original = predict_mod.run_llc_found
-    if way == "lru":   # the reuse mode as it was before the probes recorded the LLC found
-        predict_mod.run_llc_found = lambda *a, **k: None
+    state = {"cold": "cold", "lru": "reuse", "found": None}[way]
+    original = session_mod.run_llc_found
+    if way == "lru":
+        session_mod.run_llc_found = lambda *a, **k: None
     try:
         pred = predict_trace_set(store, int(run["trace_set_id"]), cache_state=state, workload_run_id=run["run_id"])
     finally:
-        predict_mod.run_llc_found = original
+        session_mod.run_llc_found = original
     return pred.predicted_us
 
 
