@@ -8,13 +8,15 @@ under LRU:
 * within L2 (or within the LLC when the op's operands exceed L2, so that its warm timing came from the LLC too):
   the warm timing holds;
 * beyond the LLC: the cold timing holds;
-* in the LLC while the warm timing came from L2: half-way, on a log scale (the geometric mean of warm and cold, the
-  ``blend`` assumption for the whole step, here only for these bytes).
+* in the LLC while the warm timing came from L2: half-way.
 
 An op's **cold share** ``f`` is the byte-weighted mean of these (0, 1, 0.5) over its distinct input storages, and
-its time ``warm^(1-f) * cold^f``. No parameter is fitted: the capacities are the platform's detected cache sizes
+its time ``(1-f) * warm + f * cold``: linear in the bytes, because each byte's cost adds to the op's time (an op of
+compute C and memory time M_warm or M_cold per state takes C + (1-f) M_warm + f M_cold). Until RULES_VERSION 7 it
+was ``warm^(1-f) * cold^f``, which for a share between 0 and 1 prices below that sum (f = 0.5, cold = 2.6 x warm:
+1.61 x warm against 1.80). No parameter is fitted: the capacities are the platform's detected cache sizes
 (:attr:`pmdb.platform.Platform.cache_bytes`). An op without sized inputs (no execution trace) is priced
-half-way (the blend). Sizes in bytes.
+half-way. Sizes in bytes.
 
 Where the run recorded the LLC it found (:mod:`simulator.llc_found`: reads of 16, 64 and 256 MiB against the DRAM
 pace, at the run's time), that measured fraction replaces "all of it while the sysfs LLC holds it": on a shared
@@ -30,7 +32,7 @@ import numpy as np
 from pmdb.traces.reuse import cached_bytes
 
 LLC_NOT_L2 = 0.5   # cold share of bytes found in the LLC by an op whose warm timing had them in L2
-UNKNOWN = 0.5      # cold share of an op without reuse distances (the blend)
+UNKNOWN = 0.5      # cold share of an op without reuse distances (half-way)
 
 
 def cold_share(reuse: Sequence[Sequence[float]], l2_bytes: float, llc_bytes: float,
@@ -55,11 +57,11 @@ def cold_share(reuse: Sequence[Sequence[float]], l2_bytes: float, llc_bytes: flo
 
 
 def between(cold_us: np.ndarray, warm_us: np.ndarray, shares: np.ndarray) -> np.ndarray:
-    """``warm^(1-f) * cold^f`` per row (µs); a non-positive time falls back to the other model's."""
+    """``(1-f) * warm + f * cold`` per row (µs); a non-positive time falls back to the other model's."""
     cold_us, warm_us = np.asarray(cold_us, dtype=float), np.asarray(warm_us, dtype=float)
     safe_cold = np.where(cold_us > 0, cold_us, np.where(warm_us > 0, warm_us, 1e-9))
     safe_warm = np.where(warm_us > 0, warm_us, safe_cold)
-    return np.exp((1.0 - shares) * np.log(safe_warm) + shares * np.log(safe_cold))
+    return (1.0 - shares) * safe_warm + shares * safe_cold
 
 
 def levels_known(l2_bytes: int | None, llc_bytes: int | None) -> bool:

@@ -37,7 +37,9 @@ from pmdb.traces.graph import Stream
 #    new collective waits for the compute stream, which no longer waits for it (AsyncDevice.collective_sync)
 # 6: on a CPU the default prices each op by reuse distance in the LLC its run found, where the run (or the
 #    platform's op sweeps) recorded it (simulator.llc_found); cold without
-RULES_VERSION = 6
+# 7: an op priced between its warm and cold timing by its cold share f takes (1-f) warm + f cold (the bytes' costs
+#    add), not warm^(1-f) cold^f (simulator.cache_levels.between)
+RULES_VERSION = 7
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)
