@@ -1,4 +1,5 @@
-"""The same workspace's CPU runs priced three ways: cold (``--cache-state cold``, the default before RULES_VERSION 6),
+"""The same workspace's CPU runs priced three ways: cold (the default before RULES_VERSION 6, as it still is without a
+recorded LLC: cold models, embedding lookups by their training-loop timing),
 reuse over the sysfs LLC (LRU, ``--cache-state reuse`` before the probes recorded the LLC found), and reuse with the
 LLC the run found (:mod:`simulator.llc_found`: the run's own probes, else the platform's op sweeps'; the default
 since). Diagnosis: what the measured LLC share changes, run by run, against each truth. Nothing is stored and
@@ -33,15 +34,16 @@ GROUP BY ALL ORDER BY w.world_size, w.name, r.run_id
 
 
 def price(store, run: dict, way: str) -> float:
-    """Predicted µs of one run: 'cold' (``--cache-state cold``, the default before RULES_VERSION 6), 'lru' (reuse
-    over the sysfs LLC, as before the probes recorded the LLC found), 'found' (the default since: reuse in the
-    LLC the run found)."""
+    """Predicted µs of one run: 'cold' (the default before RULES_VERSION 6: cold models, an embedding lookup by its
+    training-loop timing; what the default does without a recorded LLC), 'lru' (``--cache-state reuse`` over the
+    sysfs LLC, as before the probes recorded the LLC found), 'found' (the default since: reuse in the LLC the run
+    found)."""
     import simulator.session as session_mod
     from simulator.predict import predict_trace_set
 
-    state = {"cold": "cold", "lru": "reuse", "found": None}[way]
+    state = {"cold": None, "lru": "reuse", "found": None}[way]
     original = session_mod.run_llc_found
-    if way == "lru":
+    if way in ("cold", "lru"):   # no LLC curve: the default is then the old cold one, reuse is LRU
         session_mod.run_llc_found = lambda *a, **k: None
     try:
         pred = predict_trace_set(store, int(run["trace_set_id"]), cache_state=state, workload_run_id=run["run_id"])
