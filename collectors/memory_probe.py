@@ -36,7 +36,7 @@ from collectors.ops import cache_evict
 
 PROBE_BYTES = 64 * 2 ** 20   # beyond what one process finds of a shared LLC (~32-64 MiB on the Intel host)
 READS = 5
-LLC_SIZES = (16 * 2 ** 20, PROBE_BYTES, 256 * 2 ** 20)   # the reads of the LLC curve (bytes); the first is its reference
+LLC_SIZES = (16 * 2 ** 20, PROBE_BYTES, 256 * 2 ** 20)   # the LLC curve's reads (bytes); the first is its reference
 CURVE_READS = 3
 
 
@@ -73,7 +73,8 @@ def _read_times(nbytes: int, reads: int, before: Callable[[torch.Tensor], None] 
 
 def llc_curve(reads: int = CURVE_READS) -> dict[str, Any] | None:
     """The reads of :data:`LLC_SIZES` just touched and of the probe's buffer just flushed from every cache level
-    (``cache_evict``): ``{"sizes", "reads_us", "flushed_bytes", "flushed_us"}``, medians in µs; None where no flush helper loads."""
+    (``cache_evict``): ``{"sizes", "reads_us", "flushed_bytes", "flushed_us"}``, medians in µs; None where no flush
+    helper loads."""
     evictor = cache_evict.load()
     if evictor is None:
         return None

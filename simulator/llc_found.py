@@ -76,12 +76,13 @@ def probe_found(llc: Any) -> dict[float, float] | None:
         return None
     try:
         pairs = sorted((float(s), float(t)) for s, t in zip(sizes, reads))
+        flushed_bytes = float(llc.get("flushed_bytes", 64 * 2 ** 20))
     except (TypeError, ValueError):
         return None
-    if any(s <= 0 or t <= 0 for s, t in pairs):
+    if any(s <= 0 or t <= 0 for s, t in pairs) or not flushed_bytes > 0:
         return None
     llc_pace = pairs[0][1] / pairs[0][0]                      # µs per byte at the smallest size
-    dram_pace = float(flushed) / float(llc.get("flushed_bytes", 64 * 2 ** 20))
+    dram_pace = float(flushed) / flushed_bytes
     if dram_pace <= llc_pace:
         return None                                          # no LLC to tell apart from DRAM
     return {s: min(max((dram_pace * s - t) / ((dram_pace - llc_pace) * s), 0.0), 1.0) for s, t in pairs}

@@ -154,7 +154,7 @@ class PredictionSession:
                  timeline: bool = False, llc_found: LlcFound | None = None) -> Simulated:
         """Price every op of ``graph`` with the session's models and run Algorithm 1 over its ranks (``timeline``:
         also record where every op went, :attr:`Simulated.iteration`; ``llc_found``: the LLC the run found, for
-        ``--cache-state reuse``, :mod:`simulator.llc_found`)."""
+        reuse pricing: ``--cache-state reuse`` or a CPU's default, :mod:`simulator.llc_found`)."""
         timing = ModelTiming(self.models, self.overheads, self.platform.semantics, embedding,
                              self.platform.cache_bytes, self.measured, threads, llc_found)
         programs = timing.programs(graph)

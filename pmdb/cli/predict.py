@@ -129,10 +129,13 @@ def predict(ctx: typer.Context,
                                                       help="CPU platforms: kernel models fitted on warm or cold "
                                                            "timings, blend (geometric mean of both), or reuse "
                                                            "(each op between them by its operands' reuse "
-                                                           "distances and the platform's L2/LLC sizes); default "
-                                                           "cold on CPUs, device timings on GPUs. By default and "
-                                                           "with reuse, an embedding lookup whose tables were "
-                                                           "timed in a training loop ('loop') is priced by that."),
+                                                           "distances in the LLC the run's memory probes found, "
+                                                           "else an LRU cache of the platform's L2/LLC sizes). "
+                                                           "Default on CPUs: reuse where the run (or the "
+                                                           "platform's op sweeps) recorded the LLC it found, else "
+                                                           "cold; device timings on GPUs. By default and with "
+                                                           "reuse, an embedding lookup whose tables were timed in "
+                                                           "a training loop ('loop') is priced by that."),
             overhead_version: Optional[int] = typer.Option(None, "--overhead-version",
                                                            help="Overhead table version (default: the latest of "
                                                                 "the target platform)."),

@@ -31,7 +31,8 @@ def test_found_is_the_share_read_at_llc_rather_than_dram_pace():
     assert probe_found(_llc(625.0, 6000.0, 30000.0))[64 * MiB] == 0.0          # slower than DRAM: none, not < 0
     assert probe_found(_llc(1300.0, 3000.0, 20000.0)) is None                  # LLC no faster than DRAM: no curve
     for bad in (None, "x", {"sizes": [1], "reads_us": [1.0], "flushed_us": 1.0}, {**_llc(1, 2, 3), "flushed_us": 0},
-                {**_llc(1, 2, 3), "reads_us": [1.0, "x", 2.0]}, {**_llc(1, 2, 3), "sizes": [0, 1, 2]}):
+                {**_llc(1, 2, 3), "reads_us": [1.0, "x", 2.0]}, {**_llc(1, 2, 3), "sizes": [0, 1, 2]},
+                {**_llc(1, 2, 3), "flushed_bytes": "x"}, {**_llc(1, 2, 3), "flushed_bytes": 0}):
         assert probe_found(bad) is None
 
 
