@@ -1,0 +1,63 @@
+"""benchmarks/llc_found_repricing.py: one real 2-rank CPU step, its truth and real probes, priced the three ways the
+benchmark compares (the old cold default, LRU reuse over the sysfs LLC, reuse in the LLC the run found)."""
+from __future__ import annotations
+
+import pytest
+
+from harness import load_benchmark
+
+
+@pytest.mark.slow
+def test_the_three_pricings_of_a_run_and_the_table(store, cpu_trace_files, capsys, monkeypatch, tmp_path):
+    from sim_store import cpu_ranks, ingest
+
+    from collectors.memory_probe import read_probe
+    from fitters.overheads import fit_overheads
+    from fitters.registry import Registry, VersionRecord
+    from fitters.roofline import uncalibrated
+    from pmdb import platform as platforms
+    from simulator.predict import predict_trace_set
+
+    bench = load_benchmark("llc_found_repricing")
+    platform = platforms.resolve(store, None)
+    with store.run("workload", platform, {}) as run:
+        wid = store.insert_one("workloads", {"family": "other", "name": "two_rank_step", "config": {},
+                                             "config_hash": "two-rank-llc", "batch_size": 64, "world_size": 2},
+                               returning="workload_id")
+        store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": platform,
+                                           "iterations": 10, "warmup": 2, "measured_us": 12345.0})
+        run.summary = {"memory_probe": [read_probe(curve=True), read_probe(curve=True)]}
+    ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured", workload_id=wid)
+    with store.run("overheads", platform, {}) as run:
+        fit_overheads(store, run.run_id, platform)
+    registry = Registry(store.workspace)
+    for state, peaks in (("cold", {"gemm_flops": 5e9, "mem_bw": 1e9}), ("warm", {"gemm_flops": 50e9, "mem_bw": 10e9})):
+        record = VersionRecord(name=f"fully_connected.fwd.{state}~{platform}", platform=platform,
+                               op="fully_connected", family="roofline", pass_="fwd", implementation="torch",
+                               dtype="float32", cache_state=state, metrics={"gmae": 0.2, "mape": 0.25, "std": 0.1})
+        version = registry.log_version(store, None, record, uncalibrated("fully_connected", "fwd", "float32", peaks),
+                                       [], {})
+        registry.set_champion(store, record.name, version)
+
+    runs = store.query(bench.RUNS).to_dict("records")
+    assert [(r["workload"], r["world_size"]) for r in runs] == [("two_rank_step", 2)]
+    run = runs[0]
+    ways = {way: bench.price(store, run, way) for way in ("cold", "lru", "found")}
+    # 'found' is the default as it stands; 'cold' the default without a curve: every linear priced cold, so slower
+    default = predict_trace_set(store, int(run["trace_set_id"]), workload_run_id=run["run_id"]).predicted_us
+    assert ways["found"] == pytest.approx(default, rel=1e-9)
+    assert ways["cold"] > ways["found"] and ways["cold"] > ways["lru"]
+    assert predict_trace_set(store, int(run["trace_set_id"]), workload_run_id=run["run_id"]).predicted_us == \
+        pytest.approx(default, rel=1e-9)        # the benchmark puts back what it swapped for 'cold' and 'lru'
+    home = store.workspace.home
+    store.close()
+    out = tmp_path / "repricing.md"
+    monkeypatch.setattr("sys.argv", ["llc_found_repricing.py", str(home), "--out", str(out)])
+    bench.main()
+    text = out.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| two_rank_step | 2 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "12.35" and cells[3].startswith("run: 100/")     # the truth, and the run's own curve
+    assert [float(c) for c in cells[4:]] == pytest.approx(
+        [100 * (ways[w] / 12345.0 - 1) for w in ("cold", "lru", "found")], abs=0.051)
+    assert "| two_rank_step ws2 | 1 |" in text and "cores (lscpu)" in text   # the group line; the host named
