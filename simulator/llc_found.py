@@ -60,6 +60,11 @@ class LlcFound:
         """'16 MiB 100%, 64 MiB 85%, 256 MiB 0%'."""
         return ", ".join(f"{int(s) // 2 ** 20} MiB {100 * f:.0f}%" for s, f in zip(self.sizes, self.found))
 
+    def to_json(self) -> dict[str, Any]:
+        """What a prediction records of it: the sizes (bytes), found fractions, probes and whose they were."""
+        return {"sizes": [int(s) for s in self.sizes], "found": [round(f, 4) for f in self.found],
+                "probes": self.probes, "source": self.source}
+
     def sentence(self) -> str:
         whose = "this run's" if self.source == "run" else "the platform's op sweeps'"
         return (f"ops priced by reuse distance in the LLC found by {whose} {self.probes} memory probes (share of a "

@@ -11,6 +11,7 @@ from pmdb.errors import PmdbError
 from pmdb.store import Store
 from pmdb.traces.set_rows import trace_set_info
 from simulator.cross_gpu_range import SpecRange
+from simulator.llc_found import LlcFound
 from simulator.memory_phase import MemoryPace
 from simulator.engine import SimResult
 from simulator.model_set import ModelSelection
@@ -54,6 +55,7 @@ class Prediction:
     measured_ops: int = 0  # model mode: ops priced by the measured median of their exact shape (--kernels measured)
     spec_range: SpecRange | None = None  # spec-only GPU: the step as far off as on each held-out source GPU
     memory_pace: MemoryPace | None = None  # CPU truth measured here: the host's memory phase at it against its prices'
+    llc_found: LlcFound | None = None      # the LLC the run found, where reuse pricing used it (simulator.llc_found)
 
     @property
     def range_ms(self) -> str | None:

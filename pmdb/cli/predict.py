@@ -59,6 +59,9 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
         for key, value in ({"memory_pace": _pace(pred, fmt)} if fmt == "table"
                            else pred.memory_pace.to_json()).items():
             summary[key] = value
+    if pred.llc_found is not None and fmt != "table":   # the table says it in a note
+        summary["llc_found_64mib"] = round(pred.llc_found(64 * 2 ** 20), 4)
+        summary["llc_found_source"] = pred.llc_found.source
     render(summary, fmt)
     if fmt != "table":
         return
@@ -251,7 +254,8 @@ def predict(ctx: typer.Context,
             pred = predict(store, resolved)
             pid = store_prediction(store, run.run_id, pred)
             run.summary = {"prediction_id": pid, "predicted_us": pred.predicted_us, "measured_us": pred.measured_us,
-                           "warnings": list(pred.warnings)}
+                           "warnings": list(pred.warnings),
+                           "llc_found": None if pred.llc_found is None else pred.llc_found.to_json()}
         _show(pid, pred, fmt)
         if log_mlflow:
             _log_mlflow(store, [pid], fmt)

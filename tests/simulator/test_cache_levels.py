@@ -117,5 +117,8 @@ def test_predict_with_cache_state_reuse_reads_reuse_distances(cpu_trace_set):
     default = predict_trace_set(store, ts)
     assert default.model_selection.cache_state == "default" and any("LLC found" in n for n in default.defaults)
     assert default.predicted_us == pytest.approx(found.predicted_us, rel=1e-9)
+    assert default.llc_found.to_json() == found.llc_found.to_json() and found.llc_found.source == "ops"
+    assert found.llc_found.to_json()["probes"] == 2 and blend.llc_found is None
     cold = predict_trace_set(store, ts, cache_state="cold")
     assert not any("LLC found" in n for n in cold.defaults) and cold.predicted_us > default.predicted_us
+    assert cold.llc_found is None

@@ -6,6 +6,7 @@ import pytest
 
 from collectors.memory_probe import PROBE_BYTES
 from pmdb import platform as platforms
+from pmdb.store import Store
 from simulator.memory_phase import MemoryPace, memory_pace, read_times
 
 PLATFORM = "pace-cpu"
@@ -77,7 +78,7 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
                                returning="workload_id")
         store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": platform,
                                            "iterations": 10, "warmup": 2, "measured_us": 12345.0})
-        run.summary = {"memory_probe": [read_probe(), read_probe(), read_probe()]}
+        run.summary = {"memory_probe": [read_probe(curve=True), read_probe(curve=True), read_probe(curve=True)]}
     truth = run.run_id
     ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured", workload_id=wid)
     with store.run("predict", platform, {}) as run:
@@ -90,13 +91,27 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
     home = str(store.workspace.home)
     store.close()
     monkeypatch.setenv("COLUMNS", "80")
+    capsys.readouterr()                     # what the prediction above printed, unwrapped
     assert main(["--home", home, "predict", truth]) == 0
-    out = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
     row = next(line for line in out if line.startswith("memory_pace"))
     assert row.split()[-1] == pred.memory_pace.label()
     text = " ".join(out)
     assert f"memory pace {pred.memory_pace.label()}: a 64 MiB read took" in text
     assert all(len(line) <= 80 for line in out), [line for line in out if len(line) > 80]
+    if pred.llc_found is not None:   # where this host's flush helper loads, the run's probes carry the LLC found
+        assert pred.llc_found.source == "run" and pred.llc_found.probes == 3
+        notes = " ".join(captured.err.split())                       # the notes go to stderr, wrapped
+        assert "ops priced by reuse distance in the LLC found by this run's 3 memory probes" in notes
+        assert all(len(line) <= 80 for line in captured.err.splitlines())
+        assert main(["--home", home, "predict", truth, "--format", "json"]) == 0
+        row = json.loads(capsys.readouterr().out)[0]
+        assert row["llc_found_source"] == "run" and row["llc_found_64mib"] == round(pred.llc_found(PROBE_BYTES), 4)
+        with Store.open(store.workspace, read_only=True) as again:
+            recorded = json.loads(again.query("SELECT summary FROM collection_runs WHERE kind = 'predict' "
+                                              "ORDER BY started_at DESC LIMIT 1")["summary"][0])
+        assert recorded["llc_found"] == pred.llc_found.to_json()
 
 
 def test_the_named_query_gives_each_runs_pace_like_the_module(store):
