@@ -17,7 +17,7 @@ from pmdb.metrics import gmae
 from pmdb.store import Store
 from collectors.memory_probe import PROBE_BYTES
 from report import checks
-from simulator.llc_found import run_llc_found
+from simulator.llc_found import run_found
 from simulator.memory_phase import memory_pace, price_times
 
 WIDTH, HEIGHT = 80, 24
@@ -143,11 +143,11 @@ def summarize(store: Store) -> Summary:
     prices = {p: price_times(store, p) for p in local["platform"].unique()}   # read once per platform
     for _, row in local.iterrows():
         pace = memory_pace(store, row["workload_run_id"], row["platform"], prices[row["platform"]])
-        found = run_llc_found(store, row["workload_run_id"], row["platform"])
+        found = run_found(store, row["workload_run_id"])   # the truth's own probes only
         out.runs.append(RunRow(_label(row, several), row["measured_us"] / 1e3, _optional(row["spread"]),
                                row["predicted_us"] / 1e3, float(row["rel_error"]),
                                _optional(row["baseline_rel_error"]), None if pace is None else pace.ratio,
-                               found(PROBE_BYTES) if found is not None and found.source == "run" else None))
+                               None if found is None else found(PROBE_BYTES)))
     if not local.empty:
         local["group"] = [f"{f} ws{int(w)}" + (f" @{p}" if several else "")
                           for f, w, p in zip(local["family"], local["world_size"], local["platform"])]

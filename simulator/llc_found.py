@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from pmdb.store import Store
+from simulator.memory_phase import run_summaries, sweep_summaries
 
 
 @dataclass(frozen=True)
@@ -123,13 +124,13 @@ def run_llc_found(store: Store, workload_run_id: str | None, platform: str,
                   llc_bytes: float | None = None) -> LlcFound | None:
     """The LLC a workload run found (its own probes), else the one the platform's completed op sweeps found; None
     where neither recorded it (runs before 2026-11-29, GPU platforms, hosts without a cache-line flush)."""
-    if workload_run_id:
-        frame = store.query("SELECT summary FROM collection_runs WHERE run_id = ?", [workload_run_id])
-        found = from_summaries(frame["summary"], "run")
-        if found is not None:
-            return found.with_llc(llc_bytes)
-    frame = store.query("SELECT summary FROM collection_runs WHERE kind = 'ops' AND status = 'completed' "
-                        "AND platform = ?", [platform])
-    found = from_summaries(frame["summary"], "ops")
+    found = run_found(store, workload_run_id)
+    if found is None:
+        found = from_summaries(sweep_summaries(store, platform), "ops")
     return None if found is None else found.with_llc(llc_bytes)
+
+
+def run_found(store: Store, workload_run_id: str | None) -> LlcFound | None:
+    """The LLC a run's own probes found (no fallback, no sysfs bound); None where it recorded none."""
+    return from_summaries(run_summaries(store, workload_run_id), "run") if workload_run_id else None
 

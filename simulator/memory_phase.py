@@ -75,17 +75,25 @@ def read_times(summary: Any) -> list[float]:
     return out
 
 
+def run_summaries(store: Store, run_id: str) -> list[Any]:
+    """The summary (JSON text) of one run: where its probes are stored."""
+    return store.query("SELECT summary FROM collection_runs WHERE run_id = ?", [run_id])["summary"].tolist()
+
+
+def sweep_summaries(store: Store, platform: str) -> list[Any]:
+    """The summaries of every completed ``collect ops`` run of the platform: the probes its prices were taken with."""
+    return store.query("SELECT summary FROM collection_runs WHERE kind = 'ops' AND status = 'completed' "
+                       "AND platform = ?", [platform])["summary"].tolist()
+
+
 def truth_times(store: Store, workload_run_id: str) -> list[float]:
     """The probes recorded with one workload run (µs)."""
-    frame = store.query("SELECT summary FROM collection_runs WHERE run_id = ?", [workload_run_id])
-    return [t for summary in frame["summary"] for t in read_times(summary)]
+    return [t for summary in run_summaries(store, workload_run_id) for t in read_times(summary)]
 
 
 def price_times(store: Store, platform: str) -> list[float]:
     """The probes of every completed ``collect ops`` run of the platform (µs)."""
-    frame = store.query("SELECT summary FROM collection_runs WHERE kind = 'ops' AND status = 'completed' "
-                        "AND platform = ?", [platform])
-    return [t for summary in frame["summary"] for t in read_times(summary)]
+    return [t for summary in sweep_summaries(store, platform) for t in read_times(summary)]
 
 
 def memory_pace(store: Store, workload_run_id: str | None, platform: str,

@@ -71,7 +71,7 @@ class ModelSet:
     platform's measured peaks (roofline fallback)."""
 
     kernels: dict[tuple[str, str, str], ModelRef] = field(default_factory=dict)
-    warm: dict[tuple[str, str, str], ModelRef] = field(default_factory=dict)  # blend: the warm partner of a kernel
+    warm: dict[tuple[str, str, str], ModelRef] = field(default_factory=dict)  # paired: a kernel's warm partner
     collectives: dict[tuple[str, int], ModelRef] = field(default_factory=dict)
     peaks: dict[str, float] = field(default_factory=dict)
     spec: str = "champion"
@@ -99,7 +99,7 @@ class ModelSet:
         return other if self.kernel(other.op, other.pass_) is not None or measured(other) else mapped
 
     def warm_partner(self, op: str, pass_: str, implementation: str | None = None) -> ModelRef | None:
-        """In a blended set, the warm model paired with :meth:`kernel`'s (cold) one."""
+        """In a paired set (blend, reuse, a CPU's default), the warm model paired with :meth:`kernel`'s (cold) one."""
         key = self._key(op, pass_, implementation)
         return None if key is None else self.warm.get(key)
 
@@ -199,9 +199,9 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
     alias, versions = parse_spec(spec)
     # paired: a warm and a cold model per op; on a CPU by default too, for a run whose memory probes recorded the
     # LLC it found (its ops are then priced by reuse distance, simulator.timing; without one, cold as before)
-    blend = cache_state in PAIRED or (cache_state is None and semantics == Semantics.SYNC_HOST)
+    paired = cache_state in PAIRED or (cache_state is None and semantics == Semantics.SYNC_HOST)
     refs = select_models(store, platform, alias or "champion", versions=versions,
-                         cache_state=None if blend else cache_state)
+                         cache_state=None if paired else cache_state)
     refs = choose_collectives(refs, collective_choice(spec)[1])
     digest = hashlib.sha256(",".join(sorted(f"{r.name}:{r.version}" for r in refs)).encode()).hexdigest()[:8]
     order = CACHE_PREFERENCE.get(semantics, ())
@@ -213,7 +213,7 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
         if ref.is_collective:
             key: tuple = ("collective", ref.op, int(ref.world_size))
         else:
-            key = (ref.op, ref.pass_, ref.implementation or "torch") + ((ref.cache_state,) if blend else ())
+            key = (ref.op, ref.pass_, ref.implementation or "torch") + ((ref.cache_state,) if paired else ())
         best = chosen.get(key)
         if best is None or rank.get(ref.cache_state, 99) < rank.get(best.cache_state, 99):
             chosen[key] = ref
@@ -223,11 +223,11 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
                           ref.cache_state or "")
         if key[0] == "collective":
             out.collectives[(key[1], key[2])] = loaded
-        elif blend and key[3] == "warm":
+        elif paired and key[3] == "warm":
             out.warm[key[:3]] = loaded
         else:
             out.kernels[key[:3]] = loaded
-    if blend:  # ops with a warm model only are predicted by it alone
+    if paired:  # ops with a warm model only are predicted by it alone
         for key, ref in list(out.warm.items()):
             if key not in out.kernels:
                 out.kernels[key] = out.warm.pop(key)

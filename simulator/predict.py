@@ -109,7 +109,7 @@ def _predict(store: Store, resolved: ResolvedRequest) -> Prediction:
                               threads=resolved.threads, measured_us=truth.measured_us,
                               workload_run_id=truth.workload_run_id, timeline=resolved.request.timeline,
                               llc_found=found)
-    pred.llc_found = found if session.reuse_with(found) else None
+    pred.llc_found = found   # session.llc_found gives one only where reuse pricing uses it
     if resolved.source_platform == target and session.platform.sync_host:   # a CPU truth measured here
         pred.memory_pace = memory_pace(store, truth.workload_run_id, target)
     used = [(m.name, m.version) for m in pred.models]
