@@ -19,3 +19,35 @@ def ingest(store: Store, platform: str, ranks: list[RankTraces], label: str, sou
 def cpu_ranks(directory: Path) -> list[RankTraces]:
     """Both ranks' Kineto and ET files of the 2-rank CPU recording."""
     return [RankTraces(r, directory / f"kineto_{r}.json", directory / f"et_{r}.json") for r in (0, 1)]
+
+
+def warm_and_cold_linear(store: Store, platform: str) -> None:
+    """The platform's overhead table fitted from its traces, and a cold and a warm roofline model of the forward
+    linear registered as champions (cold 10x slower): what reuse pricing needs to place ops between two states."""
+    from fitters.overheads import fit_overheads
+    from fitters.registry import Registry, VersionRecord
+    from fitters.roofline import uncalibrated
+
+    with store.run("overheads", platform, {}) as run:
+        fit_overheads(store, run.run_id, platform)
+    registry = Registry(store.workspace)
+    for state, peaks in (("cold", {"gemm_flops": 5e9, "mem_bw": 1e9}), ("warm", {"gemm_flops": 50e9, "mem_bw": 10e9})):
+        record = VersionRecord(name=f"fully_connected.fwd.{state}~{platform}", platform=platform,
+                               op="fully_connected", family="roofline", pass_="fwd", implementation="torch",
+                               dtype="float32", cache_state=state, metrics={"gmae": 0.2, "mape": 0.25, "std": 0.1})
+        version = registry.log_version(store, None, record, uncalibrated("fully_connected", "fwd", "float32", peaks),
+                                       [], {})
+        registry.set_champion(store, record.name, version)
+
+
+def probed_run(store: Store, kind: str, platform: str, probes: list[dict], *, fail: bool = False) -> str:
+    """A run of ``kind`` whose summary holds these memory probes (as the stages store them); ``fail``: it fails,
+    so it ends 'failed'. Its run id."""
+    try:
+        with store.run(kind, platform, {}) as run:
+            run.summary = {"memory_probe": probes}
+            if fail:
+                raise RuntimeError("the run fails")
+    except RuntimeError:
+        pass
+    return run.run_id

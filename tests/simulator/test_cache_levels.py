@@ -83,22 +83,13 @@ def test_reuse_mode_prices_between_warm_and_cold(cpu_trace_set):
 def test_predict_with_cache_state_reuse_reads_reuse_distances(cpu_trace_set):
     """Through the registry and a prediction session: reuse mode loads the graph with its reuse distances (else
     every op would be priced half-way, as blend prices it)."""
-    from fitters.overheads import fit_overheads
-    from fitters.registry import Registry, VersionRecord
+    from sim_store import warm_and_cold_linear
+
     from pmdb import platform as platforms
     from simulator.predict import predict_trace_set
 
     store, ts, platform = cpu_trace_set
-    with store.run("overheads", platform, {}) as run:
-        fit_overheads(store, run.run_id, platform)
-    registry = Registry(store.workspace)
-    for state, peaks in (("cold", {"gemm_flops": 5e9, "mem_bw": 1e9}), ("warm", {"gemm_flops": 50e9, "mem_bw": 10e9})):
-        record = VersionRecord(name=f"fully_connected.fwd.{state}~{platform}", platform=platform,
-                               op="fully_connected", family="roofline", pass_="fwd", implementation="torch",
-                               dtype="float32", cache_state=state, metrics={"gmae": 0.2, "mape": 0.25, "std": 0.1})
-        version = registry.log_version(store, None, record, uncalibrated("fully_connected", "fwd", "float32", peaks),
-                                       [], {})
-        registry.set_champion(store, record.name, version)
+    warm_and_cold_linear(store, platform)
     assert platforms.load(store, platform).cache_bytes[1]   # this machine's LLC was detected at registration
     reuse = predict_trace_set(store, ts, cache_state="reuse")
     blend = predict_trace_set(store, ts, cache_state="blend")

@@ -58,17 +58,12 @@ def test_a_runs_curve_is_the_median_per_size_over_its_probes():
 
 
 def test_the_run_s_own_probes_else_the_platform_s_sweeps(store):
+    from sim_store import probed_run
+
     platforms.ensure_named(store, PLATFORM, device_kind="cpu")
 
     def run(kind: str, probes: list[dict], fail: bool = False) -> str:
-        try:
-            with store.run(kind, PLATFORM, {}) as r:
-                r.summary = {"memory_probe": probes}
-                if fail:
-                    raise RuntimeError("the run fails")
-        except RuntimeError:
-            pass
-        return r.run_id
+        return probed_run(store, kind, PLATFORM, probes, fail=fail)
 
     assert run_llc_found(store, None, PLATFORM) is None                        # nothing recorded yet
     run("ops", [_probe(_llc(625.0, 4500.0, 20000.0))])

@@ -9,12 +9,9 @@ from harness import load_benchmark
 
 @pytest.mark.slow
 def test_the_three_pricings_of_a_run_and_the_table(store, cpu_trace_files, capsys, monkeypatch, tmp_path):
-    from sim_store import cpu_ranks, ingest
+    from sim_store import cpu_ranks, ingest, warm_and_cold_linear
 
     from collectors.memory_probe import read_probe
-    from fitters.overheads import fit_overheads
-    from fitters.registry import Registry, VersionRecord
-    from fitters.roofline import uncalibrated
     from pmdb import platform as platforms
     from simulator.predict import predict_trace_set
 
@@ -28,16 +25,7 @@ def test_the_three_pricings_of_a_run_and_the_table(store, cpu_trace_files, capsy
                                            "iterations": 10, "warmup": 2, "measured_us": 12345.0})
         run.summary = {"memory_probe": [read_probe(curve=True), read_probe(curve=True)]}
     ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured", workload_id=wid)
-    with store.run("overheads", platform, {}) as run:
-        fit_overheads(store, run.run_id, platform)
-    registry = Registry(store.workspace)
-    for state, peaks in (("cold", {"gemm_flops": 5e9, "mem_bw": 1e9}), ("warm", {"gemm_flops": 50e9, "mem_bw": 10e9})):
-        record = VersionRecord(name=f"fully_connected.fwd.{state}~{platform}", platform=platform,
-                               op="fully_connected", family="roofline", pass_="fwd", implementation="torch",
-                               dtype="float32", cache_state=state, metrics={"gmae": 0.2, "mape": 0.25, "std": 0.1})
-        version = registry.log_version(store, None, record, uncalibrated("fully_connected", "fwd", "float32", peaks),
-                                       [], {})
-        registry.set_champion(store, record.name, version)
+    warm_and_cold_linear(store, platform)
 
     runs = store.query(bench.RUNS).to_dict("records")
     assert [(r["workload"], r["world_size"]) for r in runs] == [("two_rank_step", 2)]

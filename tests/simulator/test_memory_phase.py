@@ -17,14 +17,9 @@ def _probe(us: float, nbytes: int = PROBE_BYTES) -> dict:
 
 
 def _run(store, kind: str, probes: list[dict], *, fail: bool = False, platform: str = PLATFORM) -> str:
-    try:
-        with store.run(kind, platform, {}) as run:
-            run.summary = {"memory_probe": probes}
-            if fail:
-                raise RuntimeError("the run fails")
-    except RuntimeError:
-        pass
-    return run.run_id
+    from sim_store import probed_run
+
+    return probed_run(store, kind, platform, probes, fail=fail)
 
 
 def test_pace_is_the_ratio_of_medians_of_completed_runs(store):
