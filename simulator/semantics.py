@@ -39,7 +39,9 @@ from pmdb.traces.graph import Stream
 #    platform's op sweeps) recorded it (simulator.llc_found); cold without
 # 7: an op priced between its warm and cold timing by its cold share f takes (1-f) warm + f cold (the bytes' costs
 #    add), not warm^(1-f) cold^f (simulator.cache_levels.between)
-RULES_VERSION = 7
+# 8: a bmm is priced in the operand layout its execution trace recorded (AT / BT: an operand stored transposed,
+#    pmdb.traces.layout), not always row-major
+RULES_VERSION = 8
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

@@ -1,6 +1,7 @@
 """From a traced op (ATen name, input shapes, nested ops) to the ops collector's vocabulary: (op, pass, params).
 
-The parameter names are those of ``collectors/ops`` (method.md section 3): fully_connected/bmm B, M, N, K;
+The parameter names are those of ``collectors/ops`` (method.md section 3): fully_connected/bmm B, M, N, K (bmm
+also AT / BT, an operand the execution trace recorded as stored transposed: :mod:`pmdb.traces.layout`);
 conv2d B, H (input side + 2·pad), IC, OC, stride, dilation, FH, FW, is_depthwise, pad; conv1d B, L, IC, OC, groups,
 FW; batch_norm B, H, C; layer_norm B, M, N; element-wise ops M, N (sqrt also Z, the share of exact zeros it
 reads, when recorded: :mod:`pmdb.traces.state_values`; a mul or add with a scalar operand is mul_scalar / add_scalar,
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pmdb.traces.graph import Op
+from pmdb.traces.layout import backward_layout, layout_params
 from pmdb.traces.oparg import arg_index, scalar_at
 from pmdb.traces.state_values import ZERO_SHARE
 
@@ -153,16 +155,18 @@ def _matmul(op: Op) -> Mapped | None:
     if len(b) == 2:
         return Mapped("fully_connected", "fwd", _gemm(_numel(a[:-1]), b[1], a[-1]))
     if len(a) >= 3 and len(b) >= 3:
-        return Mapped("bmm", "fwd", _gemm(a[-2], b[-1], a[-1], _numel(a[:-2])))
+        return Mapped("bmm", "fwd", {**_gemm(a[-2], b[-1], a[-1], _numel(a[:-2])),
+                                     **layout_params(op.attrs, op.input_shapes, (0, 1))})
     return None
 
 
 def _bmm(op: Op) -> Mapped | None:
     shapes = _tensors(op.input_shapes)
+    args = (1, 2) if op.name.endswith("baddbmm") else (0, 1)
     a, b = (shapes[-2], shapes[-1]) if op.name.endswith("baddbmm") else (shapes[0], shapes[1])
     if len(a) != 3 or len(b) != 3:
         return None
-    return Mapped("bmm", "fwd", _gemm(a[1], b[2], a[2], a[0]))
+    return Mapped("bmm", "fwd", {**_gemm(a[1], b[2], a[2], a[0]), **layout_params(op.attrs, op.input_shapes, args)})
 
 
 def _conv(op: Op, pass_: str = "fwd", x: list[int] | None = None, w: list[int] | None = None,
@@ -316,8 +320,21 @@ def _single_gemm(op: Op, base: str) -> Mapped | None:
     if name == "mm" and len(a) == 2 and len(b) == 2:
         return Mapped("fully_connected", "fwd", _gemm(a[0], b[1], a[1]))
     if name == "bmm" and len(a) == 3 and len(b) == 3:
-        return Mapped("bmm", "fwd", _gemm(a[1], b[2], a[2], a[0]))
+        nested = _nested_gemms(op, "aten::bmm")
+        layout = layout_params({"input_strides": nested[0][1]}, nested[0][0], (0, 1)) if len(nested) == 1 else {}
+        return Mapped("bmm", "fwd", {**_gemm(a[1], b[2], a[2], a[0]), **layout})
     return None
+
+
+def _nested_gemms(op: Op, name: str) -> list[tuple[list[Any], Any]]:
+    """(input shapes, input strides) of every ``name`` op below ``op`` in execution order (depth first), from its
+    child Ops (loaded with detail; empty without)."""
+    out: list[tuple[list[Any], Any]] = []
+    for child in op.sub:
+        if child.name == name:
+            out.append((child.input_shapes, child.attrs.get("input_strides")))
+        out.extend(_nested_gemms(child, name))
+    return out
 
 
 def _reduced_dim(op: Op, name: str, m: int, n: int) -> int | None:
@@ -357,7 +374,8 @@ def _backward(op: Op) -> Mapped | object | None:
         return Mapped("fully_connected", "bwd", _gemm(_numel(grad[:-1]), grad[-1], k)) if k else None
     if base in ("Bmm", "Baddbmm"):
         k = _reduced_dim(op, "bmm", grad[-2], grad[-1]) if len(grad) >= 2 else None
-        return Mapped("bmm", "bwd", _gemm(grad[-2], grad[-1], k, _numel(grad[:-2]))) if k else None
+        return Mapped("bmm", "bwd", {**_gemm(grad[-2], grad[-1], k, _numel(grad[:-2])),
+                                     **backward_layout(_nested_gemms(op, "aten::bmm"), grad[-2], grad[-1])}) if k else None
     if base in ("Convolution", "CudnnConvolution", "MkldnnConvolution"):
         shapes = _tensors(_child(op, ("convolution_backward",)) or [])
         return _conv(op, "bwd", shapes[1], shapes[2]) if len(shapes) >= 3 else None

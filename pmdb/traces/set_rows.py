@@ -160,7 +160,7 @@ def _collective_sizes(store: Store, trace_ids: list[int]) -> dict[int, dict[int,
 
 # the attributes the simulator reads (scalar inputs and input types), extracted in SQL: whole attrs are large
 _ATTRS = ("json_object('scalars', attrs->'$.scalars', 'concrete_inputs', attrs->'$.concrete_inputs', "
-          "'input_types', attrs->'$.input_types') AS attrs")
+          "'input_types', attrs->'$.input_types', 'input_strides', attrs->'$.input_strides') AS attrs")
 
 
 def _kineto(store: Store, trace_ids: list[int], iterations: list[int] | None, shapes: bool

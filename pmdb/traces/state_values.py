@@ -15,13 +15,15 @@ import pandas as pd
 
 from pmdb.store import Store
 from pmdb.traces.graph import TraceGraph
+from pmdb.traces.layout import LAYOUT
 from pmdb.traces.oparg import walk
 
 
 ZERO_SHARE = "Z"                      # the op parameter: share of exact zeros in the input, [0, 1]
 VALUE_SENSITIVE = frozenset({"aten::sqrt"})   # traced ops whose cost depends on the zero share they read
 SECOND_MOMENTS = ("exp_avg_sq", "max_exp_avg_sq", "square_avg", "sum")  # states optimizers take the root of
-OPTIONAL = {"sqrt": {ZERO_SHARE: 0.0}}    # catalogue op -> parameters its rows may lack, with what a missing one means
+# catalogue op -> parameters its rows may lack, with what a missing one means (bmm: its operands' layout)
+OPTIONAL = {"sqrt": {ZERO_SHARE: 0.0}, "bmm": {name: 0.0 for name in LAYOUT}}
 OPTIMIZER_PHASE = "optimizer"        # Op.phase of the optimizer step's ops (pmdb.traces.phases)
 RESOLUTION = 0.01                     # shares are rounded to this: traced and measured configs must match exactly
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from collectors.ops import catalogue
 from collectors.ops.catalogue import LARGE_BOUND_US, QUICK_COUNT, canonical
@@ -120,3 +121,30 @@ def test_memory_estimates_grow_with_size():
     spec = catalogue.get("layer_norm")
     small, big = spec.check({"B": 1, "M": 8, "N": 8}), spec.check({"B": 64, "M": 512, "N": 1024})
     assert 0 < spec.memory(small) < spec.memory(big)
+
+
+def test_bmm_sweeps_hold_each_transposed_layout_and_build_it():
+    """A share of every sweep's bmm shapes again with its first (AT) or second (BT) operand stored transposed;
+    the builder makes exactly that layout, and a bad flag is one clear error."""
+    from collectors.ops.catalogue import BuildContext
+    from collectors.ops.gemm import LAYOUT_SHARE
+    from pmdb.errors import PmdbError
+
+    spec = catalogue.get("bmm")
+    for sweep in ("quick", "default", "random"):
+        configs = spec.configs(sweep, np.random.default_rng(0), 60)
+        plain = [c for c in configs if "AT" not in c and "BT" not in c]
+        for flag in ("AT", "BT"):
+            flagged = [c for c in configs if c.get(flag) == 1]
+            assert len(flagged) == len(configs) // LAYOUT_SHARE, (sweep, flag)
+            assert all({k: v for k, v in c.items() if k != flag} in plain for c in flagged)
+    assert spec.check({"B": 2, "M": 3, "N": 4, "K": 5, "BT": 1}) == {"B": 2, "M": 3, "N": 4, "K": 5, "BT": 1}
+    assert spec.check({"B": 2, "M": 3, "N": 4, "K": 5, "AT": 0}) == {"B": 2, "M": 3, "N": 4, "K": 5}
+    with pytest.raises(PmdbError, match="bad value 2 for BT"):
+        spec.check({"B": 2, "M": 3, "N": 4, "K": 5, "BT": 2})
+    ctx = BuildContext(torch.device("cpu"), torch.float32, 0)
+    for flags, a_strides, b_strides in (({}, (15, 5, 1), (20, 4, 1)), ({"BT": 1}, (15, 5, 1), (20, 1, 5)),
+                                        ({"AT": 1}, (15, 1, 3), (20, 4, 1))):
+        out = spec.build({"B": 2, "M": 3, "N": 4, "K": 5, **flags}, ctx).fwd()
+        assert tuple(out.shape) == (2, 3, 4)
+        assert out.grad_fn._saved_self.stride() == a_strides and out.grad_fn._saved_mat2.stride() == b_strides

@@ -66,6 +66,26 @@ def test_traced_shapes_of_a_dlrm_step(traced):
     assert config["sources"][2] == "zipf:1.05" and all(v > 0 for v in config["L"])
     assert set(embedding[0].passes) == {"fwd", "bwd"}
     assert shapes.found["fully_connected"] == len(fc)
+    # the interaction's z · z^T: the ET recorded z^T as a transposed view, and the shape says so
+    bmm = [t.config for t in shapes.targets if t.op == "bmm" and "fwd" in t.passes]
+    assert {"B": 16, "M": 4, "N": 4, "K": 8, "BT": 1} in bmm
+    assert all(c.get("AT", 0) in (0, 1) and c.get("BT", 0) in (0, 1) for c in bmm)
+
+
+def test_the_transposed_bmm_is_built_transposed_and_measured(traced_copy):
+    """`collect ops --from-traces --op bmm` times the interaction's bmm with its second operand stored transposed,
+    under its own key (BT = 1), forward and backward: the autograd node's layout is read from the gradient GEMMs
+    it ran. The same shape row-major, which the step never ran, is not measured."""
+    ws, run_id = traced_copy
+    assert main(["--home", str(ws.home), "collect", "ops", "--from-run", run_id, "--no-progress", "--no-peaks",
+                 "--cache", "warm", "--op", "bmm"]) == 0
+    with Store.open(ws) as store:
+        rows = store.query("SELECT pass, params, median_us FROM op_measurements WHERE skipped IS NULL "
+                           "AND op = 'bmm'")
+    measured = {(p, json.dumps(json.loads(c), sort_keys=True)) for p, c in zip(rows["pass"], rows["params"])}
+    shape = {"B": 16, "M": 4, "N": 4, "K": 8}
+    assert measured == {(p, json.dumps({**shape, "BT": 1}, sort_keys=True)) for p in ("fwd", "bwd")}
+    assert (rows["median_us"] > 0).all()
 
 
 def test_to_config_rounds_and_refuses_what_the_spec_cannot_build():
