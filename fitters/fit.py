@@ -9,9 +9,13 @@ lookups get the DeepSets model (``--family mlp`` selects it as ``embedding_mlp``
 The learned families' searches are bounded by counted work, not by the clock: ``FitOptions.train_config`` (mlp and
 DeepSets: candidates and epochs per candidate) and ``FitOptions.gbdt_trials``, so a fit is a function of its data and
 seed. ``budget_minutes`` is only a safety cap on the time the learned searches take together (logging, figures and
-the analytic families do not count): a search still running when it is spent is cut short (later ones train one
+the analytic families do not count; with a pool of workers, the wall time since they started): a search still running when it is spent is cut short (later ones train one
 candidate for ``min_epochs``); each version so cut says ``budget_hit`` (its model description, the MLflow tag
 ``pmdb.budget_hit``, the fit run's summary) and the fit prints a warning.
+
+With ``jobs`` > 1 (`pmdb fit --jobs N`, default: the usable cores, at most 4) the learned searches run in worker
+processes, up to ``jobs`` ahead of the task being registered (:mod:`fitters.fit_pool`, from ``POOL_MIN_TASKS``
+learned searches on); the versions, their numbers and their models are those of ``--jobs 1``.
 
 Each version's figures (:mod:`fitters.plots`) are drawn by a second process while the next model fits
 (:mod:`fitters.figure_worker`, from ``FIGURE_WORKER_MIN_TASKS`` planned fits on: starting it costs about a second),
@@ -41,6 +45,7 @@ from tqdm import tqdm
 from fitters import collective as coll, data, gemm_shapes, plots, roofline, work
 from fitters.evaluate import data_hash, error_histogram, replicate_gmae, test_metrics
 from fitters.figure_worker import FigureWorker
+from fitters.fit_pool import FitPool
 from fitters.model import Model, TrainConfig, TrainingSet
 from fitters.registry import (Registry, VersionRecord, choose_champion, collective_model_name,
                               kernel_model_name)
@@ -57,6 +62,7 @@ LEARNED = ("mlp", "gbdt", "embedding_mlp")   # families whose search the counted
 DEFAULT_BUDGET_MINUTES = 4.0  # safety cap (min) on a fit's learned searches together, well above the default work
 GEMM_BACKWARD_OPS = ("fully_connected", "bmm")   # forward GEMM groups whose backward pass gemm_shapes prices
 FIGURE_WORKER_MIN_TASKS = 6   # fewer planned fits draw their figures in this process
+POOL_MIN_TASKS = 8            # fewer learned searches run in this process (starting workers costs seconds)
 
 
 @dataclass
@@ -72,6 +78,7 @@ class FitOptions:
     gbdt_trials: int = work.GBDT_TRIALS      # gbdt candidates per search
     progress: bool = True
     figure_worker: bool | None = None   # draw figures in a second process; None: when FIGURE_WORKER_MIN_TASKS fits
+    jobs: int = 1                       # processes the learned searches run in (fitters.fit_pool)
 
 
 def counted_work(trials: int | None = None, max_epochs: int | None = None) -> dict[str, Any]:
@@ -170,6 +177,11 @@ def fit_kernel_group(group: data.KernelGroup, family: str, peaks: dict[str, floa
     return model, split
 
 
+def _poolable(task: Task) -> bool:
+    """A learned search of a kernel or embedding group: what a fit worker runs (the rest is quick)."""
+    return task.family in LEARNED and isinstance(task.group, data.KernelGroup)
+
+
 def _training_set(group: data.KernelGroup, rows: np.ndarray, peaks: dict[str, float]) -> TrainingSet:
     return TrainingSet(group.op, group.pass_, group.dtype, group.params.iloc[rows].reset_index(drop=True),
                        group.rows["median_us"].to_numpy(dtype=float)[rows],
@@ -178,16 +190,22 @@ def _training_set(group: data.KernelGroup, rows: np.ndarray, peaks: dict[str, fl
 
 def _fit_kernel(task: Task, training: TrainingSet, seed: int, budget_s: float, config: TrainConfig,
                 gbdt_trials: int = work.GBDT_TRIALS) -> Model:
+    return _fit_family(task.family, training, seed, budget_s, config, gbdt_trials)
+
+
+def _fit_family(family: str, training: TrainingSet, seed: int, budget_s: float, config: TrainConfig,
+                gbdt_trials: int = work.GBDT_TRIALS) -> Model:
+    """The ``family`` model of one training set (what a fit worker runs: module level, so it pickles by name)."""
     # imported here: torch and skops take seconds to import and a collectives-only fit needs neither
-    if task.family == "roofline":
+    if family == "roofline":
         return roofline.fit(training, seed)
-    if task.family == "gbdt":
+    if family == "gbdt":
         from fitters import gbdt
         return gbdt.fit(training, seed, budget_s, gbdt_trials)
-    if task.family == "mlp":
+    if family == "mlp":
         from fitters import mlp
         return mlp.fit(training, seed, budget_s, config)
-    if task.family == "embedding_linear":
+    if family == "embedding_linear":
         from fitters import embedding_linear
         return embedding_linear.fit(training, seed)
     from fitters import embedding
@@ -205,6 +223,8 @@ class Fitter:
         self._figure_worker: FigureWorker | None = None
         self.budget_hit: list[str] = []   # name:version of this run's versions whose search the cap cut short
         self.search_seconds = 0.0         # wall time the learned searches took so far (what the cap counts)
+        self._submitted: set[int] = set()   # task indices whose search went to the pool
+        self._pool_started: float | None = None   # with a pool, the cap counts wall time from its start
 
     def run(self, tasks: list[Task], peaks: dict[str, float], fit_run_id: str) -> list[dict[str, Any]]:
         cap_s = self.options.budget_minutes * 60
@@ -216,19 +236,34 @@ class Fitter:
         use_worker = self.options.figure_worker
         if use_worker is None:
             use_worker = len(tasks) >= FIGURE_WORKER_MIN_TASKS
+        ordered = [task for group_tasks in by_group.values() for task in group_tasks]
+        pooled = [i for i, task in enumerate(ordered) if _poolable(task)]
+        use_pool = self.options.jobs > 1 and len(pooled) >= POOL_MIN_TASKS
+        ahead: dict[int, Any] = {}   # task index -> its search in flight in the pool
         with tempfile.TemporaryDirectory() as tmp:
-            # an error or Ctrl-C leaves the block: the worker stops, figures drawn by then are attached
+            # an error or Ctrl-C leaves the block: the workers stop, figures drawn by then are attached
             with (FigureWorker(Path(tmp) / "worker", self.registry.attach_figures) if use_worker
-                  else contextlib.nullcontext()) as worker:
+                  else contextlib.nullcontext()) as worker, \
+                    (FitPool(self.options.jobs) if use_pool else contextlib.nullcontext()) as pool:
                 self._figure_worker = worker
+                self._pool_started = time.monotonic() if pool is not None else None
+                index = 0
                 for group_tasks in by_group.values():
                     group = group_tasks[0].group
                     names = set()
                     for task in group_tasks:
                         bar.set_description(f"fit {group.label} {task.family}")
-                        budget_s = max(cap_s - self.search_seconds, 0.0)   # what is left of the cap
-                        names.add(self._fit_one(task, peaks, budget_s, fit_run_id, Path(tmp)))
+                        budget_s = max(cap_s - self._spent(), 0.0)   # what is left of the cap
+                        trained = None
+                        if pool is not None:
+                            self._submit_ahead(pool, ordered, pooled, ahead, index, peaks, cap_s)
+                            if index in ahead:
+                                trained = pool.result(ahead.pop(index), f"{group.label} {task.family}")
+                                # the freed worker takes the next search while this one is registered
+                                self._submit_ahead(pool, ordered, pooled, ahead, index + 1, peaks, cap_s)
+                        names.add(self._fit_one(task, peaks, budget_s, fit_run_id, Path(tmp), trained))
                         bar.update()
+                        index += 1
                     fitted += [(name, group) for name in sorted(names)]
                 if worker is not None:
                     bar.set_description("fit: attaching the last figures")
@@ -247,6 +282,26 @@ class Fitter:
             if isinstance(group, data.KernelGroup) and self._wants_backward(group):
                 self._gemm_backward(group, name, champion, fit_run_id)
         return self.results
+
+    def _spent(self) -> float:
+        """Seconds of the cap spent: the learned searches' own time on one process; with a pool (searches side by
+        side) the wall time since it started."""
+        return self.search_seconds if self._pool_started is None else time.monotonic() - self._pool_started
+
+    def _submit_ahead(self, pool: FitPool, ordered: list[Task], pooled: list[int], ahead: dict[int, Any],
+                      index: int, peaks: dict[str, float], cap_s: float) -> None:
+        """Keep ``pool.jobs`` learned searches in flight, the next ones in task order from ``index`` on; each is
+        given what is left of the cap when it starts."""
+        for i in pooled:
+            if len(ahead) >= pool.jobs:
+                return
+            if i < index or i in ahead or i in self._submitted:
+                continue
+            task, seed = ordered[i], self.options.seed
+            training = _training_set(task.group, _kernel_split(task.group, seed).train, peaks)
+            ahead[i] = pool.submit(_fit_family, task.family, training, seed, max(cap_s - self._spent(), 0.0),
+                                   self.options.train_config, self.options.gbdt_trials)
+            self._submitted.add(i)
 
     def _wants_backward(self, group: data.KernelGroup) -> bool:
         """A forward GEMM group of device timings on a platform that has no backward rows of the op."""
@@ -286,7 +341,9 @@ class Fitter:
                              "n_train": record.n_train, "n_test": 0, "dropped": record.n_dropped,
                              "seconds": round(time.monotonic() - started, 2), "champion": True, "budget_hit": False})
 
-    def _fit_one(self, task: Task, peaks: dict[str, float], budget_s: float, fit_run_id: str, tmp: Path) -> str:
+    def _fit_one(self, task: Task, peaks: dict[str, float], budget_s: float, fit_run_id: str, tmp: Path,
+                 trained: tuple[Model, float] | None = None) -> str:
+        """Fit (or take the pool's ``trained`` (model, search seconds)), score, register and draw one version."""
         group, seed = task.group, self.options.seed
         started = time.monotonic()
         if isinstance(group, data.CollectiveGroup):
@@ -300,15 +357,18 @@ class Fitter:
                                    self.platform, group.collective, "sigmoid", world_size=group.world_size)
         else:
             split = _kernel_split(group, seed)
-            model = _fit_kernel(task, _training_set(group, split.train, peaks), seed, budget_s,
-                                self.options.train_config, self.options.gbdt_trials)
+            if trained is None:
+                model = _fit_kernel(task, _training_set(group, split.train, peaks), seed, budget_s,
+                                    self.options.train_config, self.options.gbdt_trials)
+            else:
+                model = trained[0]
             frame, times = group.params, group.rows["median_us"].to_numpy(dtype=float)
             ids, inputs = group.rows["measurement_id"], group.params
             record = VersionRecord(
                 kernel_model_name(self.platform, group.op, group.pass_, group.implementation, group.dtype,
                                   group.cache_state), self.platform, group.op, task.family, pass_=group.pass_,
                 implementation=group.implementation, dtype=group.dtype, cache_state=group.cache_state)
-        fit_seconds = time.monotonic() - started
+        fit_seconds = time.monotonic() - started if trained is None else trained[1]
         if task.family in LEARNED:
             self.search_seconds += fit_seconds
         predicted = model.predict(frame.iloc[np.concatenate([split.train, split.test])].reset_index(drop=True))
@@ -376,7 +436,7 @@ def fit_models(store: Store, workspace: Workspace, platform: str, options: FitOp
     args = {"ops": options.ops, "family": options.family, "cache": options.cache,
             "budget_minutes": options.budget_minutes, "seed": options.seed,
             "trials": options.train_config.max_trials, "max_epochs": options.train_config.max_epochs,
-            "gbdt_trials": options.gbdt_trials}
+            "gbdt_trials": options.gbdt_trials, "jobs": options.jobs}
     with store.run("fit", platform, args) as run:
         fitter = Fitter(store, workspace, platform, options)
         fitter.registry.champions_on_completion(store, run)   # champions move only if the fit completes

@@ -1,5 +1,5 @@
 """``pmdb fit [--op NAME ...|--all] [--family ...] [--cache ...] [--platform NAME] [--trials N] [--max-epochs E]
-[--budget-minutes M]``: fit kernel, embedding and collective models, register every version in MLflow and move
+[--budget-minutes M] [--jobs N]``: fit kernel, embedding and collective models, register every version in MLflow and move
 ``champion``. GPU platforms with imported forward tables also get backward GEMM versions (``gemm_shapes``)."""
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ SUMMARY_NOTES = 3              # notes --summary prints (the rest are counted)
 DEFAULT_BUDGET_MINUTES = 4.0   # fitters.fit.DEFAULT_BUDGET_MINUTES (not imported here: the CLI loads stages lazily)
 DEFAULT_TRIALS = 2         # fitters.work.TRAIN.max_trials and fitters.work.GBDT_TRIALS
 DEFAULT_MAX_EPOCHS = 400   # fitters.work.TRAIN.max_epochs (fewer on large sets: fitters.work.ROW_PASSES)
+MAX_JOBS = 4               # fitters.fit_pool.MAX_JOBS
 
 
 def fit(ctx: typer.Context,
@@ -39,6 +40,10 @@ def fit(ctx: typer.Context,
                                                       "sets: 600 000 rows trained on at most; early stop on "
                                                       f"validation; default {DEFAULT_MAX_EPOCHS})."),
         seed: int = typer.Option(0, "--seed", help="Seed of the splits, searches and initialisations."),
+        jobs: Optional[int] = typer.Option(None, "--jobs", min=1,
+                                           help="Processes the MLP/GBDT/DeepSets searches run in (default: the "
+                                                f"usable cores, at most {MAX_JOBS}); the models are the same "
+                                                "for any number."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
         summary: bool = typer.Option(False, "--summary", help="Print one line (versions, champions, their median "
                                      "test GMAE) instead of the table of every version.")) -> None:
@@ -55,9 +60,11 @@ def fit(ctx: typer.Context,
     if op and all_:
         raise PmdbError("give either --op NAME or --all, not both")
     from fitters.fit import FitOptions, counted_work, fit_models
+    from fitters.fit_pool import default_jobs
 
     options = FitOptions(ops=list(op) if op else None, family=family, cache=cache, budget_minutes=budget_minutes,
-                         seed=seed, progress=progress, **counted_work(trials, max_epochs))
+                         seed=seed, progress=progress, jobs=jobs or default_jobs(),
+                         **counted_work(trials, max_epochs))
     with open_store(ctx) as store:
         name = platforms.resolve(store, platform)
         results, notes = fit_models(store, workspace(ctx), name, options)

@@ -62,6 +62,7 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
 
     from collectors.memory_probe import read_probe
     from pmdb.cli.main import main
+    from simulator.llc_found import probe_found
     from simulator.predict import predict_and_store
 
     platform = platforms.resolve(store, None)
@@ -95,10 +96,14 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
     text = " ".join(out)
     assert f"memory pace {pred.memory_pace.label()}: a 64 MiB read took" in text
     assert all(len(line) <= 80 for line in out), [line for line in out if len(line) > 80]
+    # the probes whose curve tells an LLC from memory (on a host whose LLC serves a process little, the 48 MiB-L3
+    # Intel guest, a 16 MiB read may run at memory's pace: that probe tells nothing and is left out)
+    usable = sum(probe_found(p.get("llc")) is not None for p in stored[1])
+    assert (pred.llc_found is None) == (usable == 0)
     if pred.llc_found is not None:   # where this host's flush helper loads, the run's probes carry the LLC found
-        assert pred.llc_found.source == "run" and pred.llc_found.probes == 3
+        assert pred.llc_found.source == "run" and pred.llc_found.probes == usable
         notes = " ".join(captured.err.split())                       # the notes go to stderr, wrapped
-        assert "ops priced by reuse distance in the LLC found by this run's 3 memory probes" in notes
+        assert f"ops priced by reuse distance in the LLC found by this run's {usable} memory probes" in notes
         assert all(len(line) <= 80 for line in captured.err.splitlines())
         assert main(["--home", home, "predict", truth, "--format", "json"]) == 0
         row = json.loads(capsys.readouterr().out)[0]

@@ -1,0 +1,90 @@
+"""Trains a fit's learned models in worker processes while the fit registers the ones before them.
+
+A learned search (mlp, gbdt, DeepSets) runs on one thread and is a function of its training rows and seed only
+(:mod:`fitters.work`), so it can run in another process with the same result. :class:`FitPool` keeps up to ``jobs``
+searches in flight, ahead of the task being registered, in the fit's task order; the fit takes each result when it
+reaches that task, so versions are numbered and registered exactly as a fit on one process would (`pmdb fit --jobs
+1`). Workers are spawned (``python -m`` style, no fork of a process holding DuckDB and MLflow handles), import torch
+and scikit-learn once (a few seconds), ignore Ctrl-C (the fit decides) and are stopped with the fit however it
+ends. A worker that dies is one :class:`PmdbError`; the versions registered before it stay registered.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable
+
+from fitters.model import Model, TrainConfig, TrainingSet
+from pmdb.errors import PmdbError
+
+MAX_JOBS = 4          # default --jobs: the usable cores, at most this many
+
+
+def default_jobs() -> int:
+    """The usable cores of this process (its CPU affinity), at most :data:`MAX_JOBS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_JOBS))
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def train(fit_kernel: Callable[..., Model], family: str, training: TrainingSet, seed: int, budget_s: float,
+          config: TrainConfig, gbdt_trials: int) -> tuple[Model, float]:
+    """One learned search, in a worker: (model, seconds it took)."""
+    started = time.monotonic()
+    model = fit_kernel(family, training, seed, budget_s, config, gbdt_trials)
+    return model, time.monotonic() - started
+
+
+class FitPool:
+    """Up to ``jobs`` learned searches in flight in worker processes. Use as a context manager: :meth:`submit`
+    returns a handle, :meth:`result` waits for it."""
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self._executor = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_ignore_interrupts)
+
+    def __enter__(self) -> "FitPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(cancel=exc[0] is not None)
+
+    def submit(self, fit_kernel: Callable[..., Model], family: str, training: TrainingSet, seed: int,
+               budget_s: float, config: TrainConfig, gbdt_trials: int) -> Future:
+        try:
+            return self._executor.submit(train, fit_kernel, family, training, seed, budget_s, config, gbdt_trials)
+        except BrokenProcessPool as exc:
+            raise self._dead() from exc
+
+    def result(self, future: Future, label: str) -> tuple[Model, float]:
+        """(model, search seconds) of a submitted search; the search's own error as raised, a dead worker as one
+        PmdbError naming ``label``."""
+        try:
+            return future.result()
+        except BrokenProcessPool as exc:
+            raise self._dead(label) from exc
+
+    def close(self, cancel: bool = False) -> None:
+        """Stop the workers: after the searches in flight when the fit went well, at once when it did not."""
+        if cancel:
+            for process in list(getattr(self._executor, "_processes", {}).values()):
+                if process.is_alive():
+                    process.kill()
+        self._executor.shutdown(wait=True, cancel_futures=cancel)
+
+    @staticmethod
+    def _dead(label: str | None = None) -> PmdbError:
+        what = f" while fitting {label}" if label else ""
+        return PmdbError(f"a fit worker process ended{what} (killed, or out of memory); the versions registered so "
+                         f"far are kept: run `pmdb fit` again, or with --jobs 1")

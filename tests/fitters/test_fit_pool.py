@@ -1,0 +1,73 @@
+"""`pmdb fit --jobs N`: the learned searches in worker processes give the versions, numbers and models of one
+process (a real store, a real MLflow registry, real spawned workers); a worker that dies is one clear error."""
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fitters.fit import POOL_MIN_TASKS, FitOptions, fit_models
+from fitters.fit_pool import FitPool, default_jobs
+from fitters.load import load_model
+from fitters.model import TrainConfig
+from pmdb.config import Workspace
+from pmdb.errors import PmdbError
+from pmdb.store import Store
+
+SMALL = TrainConfig(max_trials=2, max_epochs=60, patience=60, min_epochs=10)
+PLATFORM = "synthetic-cpu"
+
+
+def _workspace(tmp_path_factory, template, name: str) -> Workspace:
+    ws = Workspace(tmp_path_factory.mktemp(name) / "ws")
+    Store.open(ws, create=True).close()
+    shutil.copy(template.mlflow_db, ws.mlflow_db)
+    return ws
+
+
+def _fill(store, synthetic) -> None:
+    """Two ops in two cache states: 4 groups, 8 learned searches (mlp, gbdt) and 4 rooflines."""
+    for op, seed in (("fully_connected", 1), ("bmm", 2)):
+        configs = synthetic.gemm_configs(50, seed=seed)
+        for cache_state, scale in (("cold", 1.0), ("warm", 0.8)):
+            times = synthetic.noisy([scale * synthetic.gemm_law(c) for c in configs], 0.03, seed)
+            synthetic.insert_ops(store, op, configs, list(times), cache_state=cache_state)
+    synthetic.insert_peaks(store)
+
+
+def _fit(ws: Workspace, jobs: int):
+    with Store.open(ws) as store:
+        return fit_models(store, ws, PLATFORM, FitOptions(budget_minutes=5, train_config=SMALL, gbdt_trials=2,
+                                                          progress=False, jobs=jobs))
+
+
+def test_two_jobs_register_what_one_does(tmp_path_factory, mlflow_template, synthetic):
+    one, two = (_workspace(tmp_path_factory, mlflow_template, f"jobs{j}") for j in (1, 2))
+    for ws in (one, two):
+        with Store.open(ws) as store:
+            _fill(store, synthetic)
+    (serial, _), (pooled, _) = _fit(one, 1), _fit(two, 2)
+    assert (pooled["family"].isin(["mlp", "gbdt"])).sum() >= POOL_MIN_TASKS   # the pool was used
+    columns = ["name", "version", "family", "test_gmae", "test_mape", "n_train", "n_test", "champion"]
+    assert serial[columns].equals(pooled[columns])
+    with Store.open(two, read_only=True) as store:
+        run = store.query("SELECT args FROM collection_runs WHERE kind = 'fit'")
+    assert '"jobs": 2' in run["args"].iloc[0]
+    frame = pd.DataFrame(synthetic.gemm_configs(20, seed=9)).astype(float)
+    learned = serial.loc[serial["family"].isin(["mlp", "gbdt"]), ["name", "version"]]
+    for name, version in learned.itertuples(index=False):
+        first, second = load_model(one, name, version), load_model(two, name, version)
+        assert np.array_equal(first.predict(frame), second.predict(frame)), name
+
+
+def _die(*_args):
+    os._exit(3)
+
+
+def test_a_worker_that_dies_is_one_error():
+    with pytest.raises(PmdbError, match="a fit worker process ended while fitting bmm fwd mlp"):
+        with FitPool(1) as pool:
+            future = pool.submit(_die, "mlp", None, 0, 1.0, SMALL, 2)
+            pool.result(future, "bmm fwd mlp")
+    assert 1 <= default_jobs() <= 4
