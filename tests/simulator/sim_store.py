@@ -51,3 +51,19 @@ def probed_run(store: Store, kind: str, platform: str, probes: list[dict], *, fa
     except RuntimeError:
         pass
     return run.run_id
+
+
+def telling_probes(count: int, tries: int = 8) -> list[dict]:
+    """``count`` real memory probes with the LLC curve whose curve tells an LLC from memory (fewer when ``tries``
+    probes give fewer: on a host whose LLC serves a process little, the 48 MiB-L3 Intel guest, a 16 MiB read may run
+    at memory's pace, and such a probe tells nothing)."""
+    from collectors.memory_probe import read_probe
+    from simulator.llc_found import probe_found
+
+    probes: list[dict] = []
+    for _ in range(tries):
+        probe = read_probe(curve=True)
+        probes += [probe] if probe_found(probe.get("llc")) is not None else []
+        if len(probes) == count:
+            break
+    return probes

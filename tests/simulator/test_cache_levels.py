@@ -97,16 +97,8 @@ def test_predict_with_cache_state_reuse_reads_reuse_distances(cpu_trace_set):
     assert reuse.predicted_us != pytest.approx(blend.predicted_us, rel=1e-6)
     assert not any("LLC found" in note for note in reuse.defaults)     # no probe with the LLC curve: LRU, sysfs
     # an op sweep that recorded the LLC it found (real probes on this host): reuse now prices by that, and says so
-    from collectors.memory_probe import read_probe
-    from simulator.llc_found import probe_found
-    # two probes whose curve tells the LLC from memory: on a host whose LLC serves a process little (the 48 MiB-L3
-    # Intel guest) a 16 MiB read sometimes runs at memory's pace, and that probe tells nothing (left out)
-    probes: list[dict] = []
-    for _ in range(8):
-        probe = read_probe(curve=True)
-        probes += [probe] if probe_found(probe.get("llc")) is not None else []
-        if len(probes) == 2:
-            break
+    from sim_store import telling_probes
+    probes = telling_probes(2)   # a probe whose curve tells no LLC from memory is left out, as predict does
     if len(probes) < 2:
         pytest.skip(f"{len(probes)} of 8 memory probes on this host told its LLC from memory (a 16 MiB read as "
                     f"slow as a flushed one): no LLC found to price by")
