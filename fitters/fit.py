@@ -9,9 +9,10 @@ lookups get the DeepSets model (``--family mlp`` selects it as ``embedding_mlp``
 The learned families' searches are bounded by counted work, not by the clock: ``FitOptions.train_config`` (mlp and
 DeepSets: candidates and epochs per candidate) and ``FitOptions.gbdt_trials``, so a fit is a function of its data and
 seed. ``budget_minutes`` is only a safety cap on the time the learned searches take together (logging, figures and
-the analytic families do not count; with a pool of workers, the wall time since they started): a search still running when it is spent is cut short (later ones train one
-candidate for ``min_epochs``); each version so cut says ``budget_hit`` (its model description, the MLflow tag
-``pmdb.budget_hit``, the fit run's summary) and the fit prints a warning.
+the analytic families do not count; with a pool of workers, the wall time since they started): a search still
+running when it is spent is cut short (later ones train one candidate for ``min_epochs``); each version so cut says
+``budget_hit`` (its model description, the MLflow tag ``pmdb.budget_hit``, the fit run's summary) and the fit
+prints a warning.
 
 With ``jobs`` > 1 (`pmdb fit --jobs N`, default: the usable cores, at most 4) the learned searches run in worker
 processes, up to ``jobs`` ahead of the task being registered (:mod:`fitters.fit_pool`, from ``POOL_MIN_TASKS``
@@ -29,6 +30,7 @@ its name; the simulator finds it like any (op, 'bwd') model.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import sys
@@ -223,7 +225,6 @@ class Fitter:
         self._figure_worker: FigureWorker | None = None
         self.budget_hit: list[str] = []   # name:version of this run's versions whose search the cap cut short
         self.search_seconds = 0.0         # wall time the learned searches took so far (what the cap counts)
-        self._submitted: set[int] = set()   # task indices whose search went to the pool
         self._pool_started: float | None = None   # with a pool, the cap counts wall time from its start
 
     def run(self, tasks: list[Task], peaks: dict[str, float], fit_run_id: str) -> list[dict[str, Any]]:
@@ -237,8 +238,8 @@ class Fitter:
         if use_worker is None:
             use_worker = len(tasks) >= FIGURE_WORKER_MIN_TASKS
         ordered = [task for group_tasks in by_group.values() for task in group_tasks]
-        pooled = [i for i, task in enumerate(ordered) if _poolable(task)]
-        use_pool = self.options.jobs > 1 and len(pooled) >= POOL_MIN_TASKS
+        waiting = collections.deque(i for i, task in enumerate(ordered) if _poolable(task))   # not yet submitted
+        use_pool = self.options.jobs > 1 and len(waiting) >= POOL_MIN_TASKS
         ahead: dict[int, Any] = {}   # task index -> its search in flight in the pool
         with tempfile.TemporaryDirectory() as tmp:
             # an error or Ctrl-C leaves the block: the workers stop, figures drawn by then are attached
@@ -256,11 +257,11 @@ class Fitter:
                         budget_s = max(cap_s - self._spent(), 0.0)   # what is left of the cap
                         trained = None
                         if pool is not None:
-                            self._submit_ahead(pool, ordered, pooled, ahead, index, peaks, cap_s)
+                            self._submit_ahead(pool, ordered, waiting, ahead, peaks, cap_s)
                             if index in ahead:
                                 trained = pool.result(ahead.pop(index), f"{group.label} {task.family}")
                                 # the freed worker takes the next search while this one is registered
-                                self._submit_ahead(pool, ordered, pooled, ahead, index + 1, peaks, cap_s)
+                                self._submit_ahead(pool, ordered, waiting, ahead, peaks, cap_s)
                         names.add(self._fit_one(task, peaks, budget_s, fit_run_id, Path(tmp), trained))
                         bar.update()
                         index += 1
@@ -288,20 +289,17 @@ class Fitter:
         side) the wall time since it started."""
         return self.search_seconds if self._pool_started is None else time.monotonic() - self._pool_started
 
-    def _submit_ahead(self, pool: FitPool, ordered: list[Task], pooled: list[int], ahead: dict[int, Any],
-                      index: int, peaks: dict[str, float], cap_s: float) -> None:
-        """Keep ``pool.jobs`` learned searches in flight, the next ones in task order from ``index`` on; each is
-        given what is left of the cap when it starts."""
-        for i in pooled:
-            if len(ahead) >= pool.jobs:
-                return
-            if i < index or i in ahead or i in self._submitted:
-                continue
+    def _submit_ahead(self, pool: FitPool, ordered: list[Task], waiting: collections.deque[int],
+                      ahead: dict[int, Any], peaks: dict[str, float], cap_s: float) -> None:
+        """Keep ``pool.jobs`` learned searches in flight, the next ones in task order (``waiting``: the indices not
+        yet submitted, so the task being registered is in flight or first); each is given what is left of the cap
+        when it starts."""
+        while waiting and len(ahead) < pool.jobs:
+            i = waiting.popleft()
             task, seed = ordered[i], self.options.seed
             training = _training_set(task.group, _kernel_split(task.group, seed).train, peaks)
             ahead[i] = pool.submit(_fit_family, task.family, training, seed, max(cap_s - self._spent(), 0.0),
                                    self.options.train_config, self.options.gbdt_trials)
-            self._submitted.add(i)
 
     def _wants_backward(self, group: data.KernelGroup) -> bool:
         """A forward GEMM group of device timings on a platform that has no backward rows of the op."""
