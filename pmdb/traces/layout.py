@@ -36,10 +36,10 @@ def transposed(shape: Any, strides: Any) -> bool:
     return stored(shape, strides) == "transposed"
 
 
-def layout_params(op_attrs: dict[str, Any], shapes: list[Any], args: tuple[int, int]) -> dict[str, float]:
-    """``{'AT': 1.0}`` / ``{'BT': 1.0}`` for the operands at input positions ``args`` that are stored transposed
-    (empty when both are row-major or no strides were recorded)."""
-    strides = op_attrs.get("input_strides") if isinstance(op_attrs, dict) else None
+def layout_params(strides: Any, shapes: list[Any], args: tuple[int, int]) -> dict[str, float]:
+    """``{'AT': 1.0}`` / ``{'BT': 1.0}`` for the operands at input positions ``args`` that are stored transposed,
+    given an op's recorded input strides (``attrs['input_strides']``; empty when both are row-major or no strides
+    were recorded)."""
     if not isinstance(strides, list):
         return {}
     out = {}

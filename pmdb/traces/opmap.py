@@ -156,17 +156,18 @@ def _matmul(op: Op) -> Mapped | None:
         return Mapped("fully_connected", "fwd", _gemm(_numel(a[:-1]), b[1], a[-1]))
     if len(a) >= 3 and len(b) >= 3:
         return Mapped("bmm", "fwd", {**_gemm(a[-2], b[-1], a[-1], _numel(a[:-2])),
-                                     **layout_params(op.attrs, op.input_shapes, (0, 1))})
+                                     **layout_params(op.attrs.get("input_strides"), op.input_shapes, (0, 1))})
     return None
 
 
 def _bmm(op: Op) -> Mapped | None:
     shapes = _tensors(op.input_shapes)
-    args = (1, 2) if op.name.endswith("baddbmm") else (0, 1)
-    a, b = (shapes[-2], shapes[-1]) if op.name.endswith("baddbmm") else (shapes[0], shapes[1])
+    baddbmm = op.name.endswith("baddbmm")   # baddbmm(self, batch1, batch2, ...): the GEMM's operands come second
+    a, b = (shapes[-2], shapes[-1]) if baddbmm else (shapes[0], shapes[1])
     if len(a) != 3 or len(b) != 3:
         return None
-    return Mapped("bmm", "fwd", {**_gemm(a[1], b[2], a[2], a[0]), **layout_params(op.attrs, op.input_shapes, args)})
+    layout = layout_params(op.attrs.get("input_strides"), op.input_shapes, (1, 2) if baddbmm else (0, 1))
+    return Mapped("bmm", "fwd", {**_gemm(a[1], b[2], a[2], a[0]), **layout})
 
 
 def _conv(op: Op, pass_: str = "fwd", x: list[int] | None = None, w: list[int] | None = None,
@@ -321,7 +322,7 @@ def _single_gemm(op: Op, base: str) -> Mapped | None:
         return Mapped("fully_connected", "fwd", _gemm(a[0], b[1], a[1]))
     if name == "bmm" and len(a) == 3 and len(b) == 3:
         nested = _nested_gemms(op, "aten::bmm")
-        layout = layout_params({"input_strides": nested[0][1]}, nested[0][0], (0, 1)) if len(nested) == 1 else {}
+        layout = layout_params(nested[0][1], nested[0][0], (0, 1)) if len(nested) == 1 else {}
         return Mapped("bmm", "fwd", {**_gemm(a[1], b[2], a[2], a[0]), **layout})
     return None
 
@@ -374,8 +375,10 @@ def _backward(op: Op) -> Mapped | object | None:
         return Mapped("fully_connected", "bwd", _gemm(_numel(grad[:-1]), grad[-1], k)) if k else None
     if base in ("Bmm", "Baddbmm"):
         k = _reduced_dim(op, "bmm", grad[-2], grad[-1]) if len(grad) >= 2 else None
-        return Mapped("bmm", "bwd", {**_gemm(grad[-2], grad[-1], k, _numel(grad[:-2])),
-                                     **backward_layout(_nested_gemms(op, "aten::bmm"), grad[-2], grad[-1])}) if k else None
+        if not k:
+            return None
+        layout = backward_layout(_nested_gemms(op, "aten::bmm"), grad[-2], grad[-1])
+        return Mapped("bmm", "bwd", {**_gemm(grad[-2], grad[-1], k, _numel(grad[:-2])), **layout})
     if base in ("Convolution", "CudnnConvolution", "MkldnnConvolution"):
         shapes = _tensors(_child(op, ("convolution_backward",)) or [])
         return _conv(op, "bwd", shapes[1], shapes[2]) if len(shapes) >= 3 else None

@@ -28,9 +28,9 @@ def test_transposed_reads_real_tensor_strides():
 def test_layout_params_name_the_transposed_operands():
     a, b = torch.randn(2, 5, 3).transpose(1, 2), torch.randn(2, 5, 7)
     shapes, strides = [list(a.shape), list(b.shape)], [_strides(a), _strides(b)]
-    assert layout_params({"input_strides": strides}, shapes, (0, 1)) == {"AT": 1.0}
-    assert layout_params({}, shapes, (0, 1)) == {}                        # not recorded: row-major
-    assert layout_params({"input_strides": "bad"}, shapes, (0, 1)) == {}
+    assert layout_params(strides, shapes, (0, 1)) == {"AT": 1.0}
+    assert layout_params(None, shapes, (0, 1)) == {}                        # not recorded: row-major
+    assert layout_params("bad", shapes, (0, 1)) == {}
 
 
 def test_bmm_matmul_and_baddbmm_carry_the_layout_the_trace_recorded():
