@@ -9,25 +9,14 @@ from harness import load_benchmark
 
 @pytest.mark.slow
 def test_the_three_pricings_of_a_run_and_the_table(store, cpu_trace_files, capsys, monkeypatch, tmp_path):
-    from sim_store import cpu_ranks, ingest, telling_probes, warm_and_cold_linear
+    from sim_store import telling_probes, two_rank_truth, warm_and_cold_linear
 
     from pmdb import platform as platforms
     from simulator.predict import predict_trace_set
 
     bench = load_benchmark("llc_found_repricing")
     platform = platforms.resolve(store, None)
-    with store.run("workload", platform, {}) as run:
-        wid = store.insert_one("workloads", {"family": "other", "name": "two_rank_step", "config": {},
-                                             "config_hash": "two-rank-llc", "batch_size": 64, "world_size": 2},
-                               returning="workload_id")
-        store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": platform,
-                                           "iterations": 10, "warmup": 2, "measured_us": 12345.0})
-        probes = telling_probes(2)
-        if len(probes) < 2:
-            pytest.skip(f"{len(probes)} of 8 memory probes on this host told its LLC from memory (a 16 MiB read as "
-                        f"slow as a flushed one): no LLC found to price by")
-        run.summary = {"memory_probe": probes}
-    ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured", workload_id=wid)
+    two_rank_truth(store, platform, cpu_trace_files, "two-rank-llc", telling_probes(2))
     warm_and_cold_linear(store, platform)
 
     runs = store.query(bench.RUNS).to_dict("records")

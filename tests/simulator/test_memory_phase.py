@@ -58,7 +58,7 @@ def test_summaries_without_probes_or_with_damaged_ones_read_as_none():
 def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cpu_trace_files, capsys, monkeypatch):
     """The 2-rank CPU step recorded here, its truth and an ops run carrying real probes (the stages' summary field),
     predicted by `pmdb predict RUN`: the row memory_pace and the sentence, within 80 columns."""
-    from sim_store import cpu_ranks, ingest
+    from sim_store import two_rank_truth
 
     from collectors.memory_probe import read_probe
     from pmdb.cli.main import main
@@ -68,15 +68,8 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
     platform = platforms.resolve(store, None)
     with store.run("ops", platform, {}) as run:
         run.summary = {"memory_probe": [read_probe(), read_probe()]}
-    with store.run("workload", platform, {}) as run:
-        wid = store.insert_one("workloads", {"family": "other", "name": "two_rank_step", "config": {},
-                                             "config_hash": "two-rank-pace", "batch_size": 64, "world_size": 2},
-                               returning="workload_id")
-        store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": platform,
-                                           "iterations": 10, "warmup": 2, "measured_us": 12345.0})
-        run.summary = {"memory_probe": [read_probe(curve=True), read_probe(curve=True), read_probe(curve=True)]}
-    truth = run.run_id
-    ingest(store, platform, cpu_ranks(cpu_trace_files), "two_rank_step", "captured", workload_id=wid)
+    truth = two_rank_truth(store, platform, cpu_trace_files, "two-rank-pace",
+                           [read_probe(curve=True), read_probe(curve=True), read_probe(curve=True)])
     with store.run("predict", platform, {}) as run:
         _, pred = predict_and_store(store, run.run_id, workload_run_id=truth)
     stored = [json.loads(s)["memory_probe"] for s in store.query(
