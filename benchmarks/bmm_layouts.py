@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.out is not None:
         if not args.out.exists():
-            args.out.write_text("# bmm operand layouts on a CPU (benchmarks/bmm_layouts.py)\n\n" + __doc__.split("\n\n")[1]
-                                + "\n\n")
+            why = __doc__.split("\n\n")[1]
+            args.out.write_text(f"# bmm operand layouts on a CPU (benchmarks/bmm_layouts.py)\n\n{why}\n\n")
         with args.out.open("a") as handle:
             handle.write(text + "\n")
     return 0
