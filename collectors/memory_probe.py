@@ -17,9 +17,10 @@ with its prices' lives in :mod:`simulator.memory_phase`. About 0.1 s per probe (
 last-level cache a process finds moves with its neighbours, and sysfs gives only the whole (480 MiB on the Intel
 host, where a 64 MiB buffer re-read at LLC pace in a fast phase and at DRAM pace in a slow one). With it a probe
 times reads of 16, 64 and 256 MiB just touched and of the 64 MiB buffer just flushed from every cache level (the
-DRAM reference); :mod:`simulator.llc_found` turns them into the fraction of a re-read buffer found in the LLC, per
+DRAM reference), all prefixes of one buffer; :mod:`simulator.llc_found` turns them into the fraction of a re-read buffer found in the LLC, per
 size. About 0.3 s more (2026-11-29, Intel host: 16 MiB x4 2.4-2.6 ms, 64 MiB 2.8-3.4 ms, flushed 5.3 ms, 256 MiB
-/ 4 5.7 ms).
+/ 4 5.7 ms); a whole probe with its curve 0.55-0.68 s on the 48 MiB-L3 Intel host when each size had its own
+buffer, see :func:`_read_times` for one buffer.
 """
 from __future__ import annotations
 
@@ -51,35 +52,32 @@ def _mapped(nbytes: int) -> tuple[mmap.mmap, np.ndarray]:
     return mapped, array
 
 
-def _read_times(nbytes: int, reads: int, before: Callable[[torch.Tensor], None] | None = None) -> list[float]:
-    """µs of ``reads`` sums over a buffer of ``nbytes`` read once before (``before(buffer)`` runs before each)."""
-    mapped, array = _mapped(nbytes)
-    try:
-        buffer = torch.from_numpy(array)
-        buffer.sum()
-        times = []
-        for _ in range(reads):
-            if before is not None:
-                before(buffer)
-            start = time.perf_counter_ns()
-            buffer.sum()
-            times.append((time.perf_counter_ns() - start) / 1e3)
-        del buffer
-    finally:
-        del array
-        mapped.close()
+def _read_times(buffer: torch.Tensor, nbytes: int, reads: int,
+                before: Callable[[torch.Tensor], None] | None = None) -> list[float]:
+    """µs of ``reads`` sums over the first ``nbytes`` of ``buffer``, read once before (``before(view)`` runs before
+    each timed read). A prefix of one filled mapping serves every size: filling a fresh 256 MiB map took ~0.17 s
+    on the 48 MiB-L3 Intel host, most of a probe."""
+    view = buffer[:nbytes // 4]
+    view.sum()
+    times = []
+    for _ in range(reads):
+        if before is not None:
+            before(view)
+        start = time.perf_counter_ns()
+        view.sum()
+        times.append((time.perf_counter_ns() - start) / 1e3)
     return times
 
 
-def llc_curve(reads: int = CURVE_READS) -> dict[str, Any] | None:
-    """The reads of :data:`LLC_SIZES` just touched and of the probe's buffer just flushed from every cache level
-    (``cache_evict``): ``{"sizes", "reads_us", "flushed_bytes", "flushed_us"}``, medians in µs; None where no flush
-    helper loads."""
+def llc_curve(buffer: torch.Tensor, reads: int = CURVE_READS) -> dict[str, Any] | None:
+    """The reads of :data:`LLC_SIZES` (prefixes of ``buffer``, at least the largest long) just touched and of the
+    probe's buffer just flushed from every cache level (``cache_evict``): ``{"sizes", "reads_us", "flushed_bytes",
+    "flushed_us"}``, medians in µs; None where no flush helper loads."""
     evictor = cache_evict.load()
     if evictor is None:
         return None
-    touched = [round(float(statistics.median(_read_times(size, reads))), 1) for size in LLC_SIZES]
-    flushed = _read_times(PROBE_BYTES, reads, lambda b: evictor.evict([(b.data_ptr(), b.numel() * 4)]))
+    touched = [round(float(statistics.median(_read_times(buffer, size, reads))), 1) for size in LLC_SIZES]
+    flushed = _read_times(buffer, PROBE_BYTES, reads, lambda b: evictor.evict([(b.data_ptr(), b.numel() * 4)]))
     return {"sizes": list(LLC_SIZES), "reads_us": touched, "flushed_bytes": PROBE_BYTES,
             "flushed_us": round(float(statistics.median(flushed)), 1)}
 
@@ -92,10 +90,15 @@ def read_probe(nbytes: int = PROBE_BYTES, reads: int = READS, curve: bool = Fals
         raise ValueError("a probe needs at least 4 bytes and one read")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    mapped, array = _mapped(max(nbytes, *LLC_SIZES) if curve else nbytes)
     try:
-        times = _read_times(nbytes, reads)
-        found = llc_curve() if curve else None
+        buffer = torch.from_numpy(array)
+        times = _read_times(buffer, nbytes, reads)
+        found = llc_curve(buffer) if curve else None
+        del buffer
     finally:
+        del array
+        mapped.close()
         torch.set_num_threads(threads)
     out: dict[str, Any] = {"bytes": int(nbytes), "read_us": round(float(statistics.median(times)), 1),
                            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -106,6 +106,17 @@ class Model(ABC):
     def save_weights(self, directory: Path) -> None:
         """Write weight files beside model.json (families with weights override this)."""
 
+    def keep_weight_files(self) -> None:
+        """Serialise the weights now and keep the files' bytes with the model, for :meth:`save` to write: a fit's
+        worker process does this after its search, so the registering process only writes bytes (a GBDT's skops
+        file took ~0.3 s to write, a quarter of the registering process's time per version)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            self.save_weights(Path(tmp))
+            self._weight_files = {path.relative_to(tmp).as_posix(): path.read_bytes()
+                                  for path in sorted(Path(tmp).rglob("*")) if path.is_file()}
+
     @classmethod
     @abstractmethod
     def from_saved(cls, config: dict[str, Any], directory: Path) -> "Model":
@@ -116,7 +127,13 @@ class Model(ABC):
         directory.mkdir(parents=True, exist_ok=True)
         payload = {"family": self.family, "format_version": FORMAT_VERSION, "config": self.config()}
         (directory / MODEL_FILE).write_text(json.dumps(payload, indent=1, sort_keys=True, default=_json_number))
-        self.save_weights(directory)
+        kept: dict[str, bytes] | None = getattr(self, "_weight_files", None)
+        if kept is None:
+            self.save_weights(directory)
+        for name, content in (kept or {}).items():
+            target = directory / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
         return directory
 
 

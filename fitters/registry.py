@@ -358,6 +358,8 @@ class Registry:
         """:meth:`log_version`, returning (version, MLflow run id): figures drawn later are attached to that run
         with :meth:`attach_figures`."""
         import mlflow
+        from mlflow.entities import Metric, Param
+        from mlflow.utils.time import get_current_time_millis
 
         self.check_mirror(store)
         record.name = registered_name(store, record.name, record.platform)
@@ -366,15 +368,19 @@ class Registry:
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model_dir = model.save(Path(tmp) / MODEL_DIR)
+            run_tags = without_empty({"pmdb.fit_run": fit_run_id, "pmdb.model_name": record.name,
+                                      "family": record.family, "data_hash": record.data_hash,
+                                      "platform": record.platform})
             with mlflow.start_run(experiment_id=experiment, run_name=run_name.replace("..", "."),
-                                  nested=mlflow.active_run() is not None) as run:
-                mlflow.set_tags(without_empty({"pmdb.fit_run": fit_run_id, "pmdb.model_name": record.name,
-                                                "family": record.family, "data_hash": record.data_hash,
-                                                "platform": record.platform}))
-                mlflow.log_params(_params(record, model))
-                mlflow.log_metrics(percent_metrics(record.metrics)
-                                   | {"n_train": record.n_train, "n_test": record.n_test,
-                                      "fit_seconds": record.fit_seconds})
+                                  nested=mlflow.active_run() is not None, tags=run_tags) as run:
+                # params and metrics in one batch (the fluent calls cost a run lookup and a transaction each)
+                metrics = percent_metrics(record.metrics) | {"n_train": record.n_train, "n_test": record.n_test,
+                                                             "fit_seconds": record.fit_seconds}
+                now = get_current_time_millis()
+                self.client.log_batch(run.info.run_id,
+                                      metrics=[Metric(k, float(v), now, 0, run_id=run.info.run_id)
+                                               for k, v in metrics.items()],
+                                      params=[Param(k, str(v)) for k, v in _params(record, model).items()])
                 mlflow.log_dict(model.features(), "feature_spec.json")
                 mlflow.log_dict({"metrics": record.metrics, "histogram": record.histogram, **split}, "split.json")
                 for figure in figures:

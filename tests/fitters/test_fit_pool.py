@@ -71,3 +71,23 @@ def test_a_worker_that_dies_is_one_error():
             future = pool.submit(_die, "mlp", None, 0, 1.0, SMALL, 2)
             pool.result(future, "bmm fwd mlp")
     assert 1 <= default_jobs() <= 4
+
+
+def test_weight_files_kept_by_a_worker_are_the_files_a_save_writes(tmp_path, synthetic):
+    """A worker writes a model's weights after its search (``keep_weight_files``); the registering process's
+    ``save`` then writes those bytes: the same files, loading to the same predictions as a direct save."""
+    from fitters import gbdt
+    from fitters.model import TrainingSet, load_dir
+
+    configs = synthetic.gemm_configs(60, seed=4)
+    params = pd.DataFrame(configs).astype(float)
+    times = synthetic.noisy([synthetic.gemm_law(c) for c in configs], 0.03, 4)
+    keys = np.arange(len(params)).astype(str)
+    model = gbdt.fit(TrainingSet("fully_connected", "fwd", "float32", params, times, keys), seed=0, max_trials=1)
+    direct = model.save(tmp_path / "direct")
+    model.keep_weight_files()
+    assert set(model._weight_files) == {gbdt.WEIGHTS_FILE}
+    kept = model.save(tmp_path / "kept")
+    assert sorted(p.name for p in kept.iterdir()) == sorted(p.name for p in direct.iterdir())
+    assert (kept / "model.json").read_text() == (direct / "model.json").read_text()
+    assert np.array_equal(load_dir(kept).predict(params), load_dir(direct).predict(params))
