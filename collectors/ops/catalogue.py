@@ -238,6 +238,33 @@ def thin(configs: list[T], limit: int, seed: int = 0) -> list[T]:
 REGISTRY: dict[str, OpSpec] = {}
 
 
+
+@dataclass(frozen=True)
+class OptionalParam:
+    """A parameter some configs of an op carry beside its grid's (an operand layout, a share of zeros): a value
+    ``valid`` accepts (bools never) is stored as ``stored(value)``, and left out of the config when that is falsy
+    (the op's plain shape); ``expected`` says what is accepted, in the error line."""
+
+    valid: Callable[[Any], bool]
+    expected: str
+    stored: Callable[[Any], Any] = lambda value: value
+    default: Any = 0
+
+
+def with_optional(plain: OpSpec, params: dict[str, OptionalParam]) -> Callable[..., dict[str, Any]]:
+    """An ``OpSpec.check_config``: the shape checked as ``plain`` checks it, plus ``params`` (name -> its rule)."""
+    def check(given: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        kept = {}
+        for name, param in params.items():
+            value = given.get(name, param.default)
+            if isinstance(value, bool) or not param.valid(value):
+                raise PmdbError(f"{plain.name}: bad value {value!r} for {name} ({param.expected} expected)")
+            if param.stored(value):
+                kept[name] = param.stored(value)
+        return {**plain.check({k: v for k, v in given.items() if k not in params}, **extra), **kept}
+    return check
+
+
 def register(spec: OpSpec) -> OpSpec:
     REGISTRY[spec.name] = spec
     return spec

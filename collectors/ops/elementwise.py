@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from collectors.ops.listed import listed_configs
-from collectors.ops.catalogue import Axis, BuildContext, Built, OpSpec, autograd_pair, register
-from pmdb.errors import PmdbError
+from collectors.ops.catalogue import (Axis, BuildContext, Built, OpSpec, OptionalParam, autograd_pair, register,
+                                      with_optional)
 from pmdb.traces.state_values import ZERO_SHARE, rounded
 
 _M = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
@@ -174,19 +174,6 @@ OPTIMIZER_OPS: dict[str, tuple[Callable[..., Callable[[], torch.Tensor]], int, f
 }
 
 
-def _zero_share_check(plain: OpSpec) -> Callable[..., dict[str, Any]]:
-    """``OpSpec.check`` of an op whose configs may carry the zero share Z (a number in [0, 1]; 0 is left out)."""
-    def check(given: dict[str, Any], **extra: Any) -> dict[str, Any]:
-        share = given.get(ZERO_SHARE, 0.0)
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-            raise PmdbError(f"{plain.name}: bad value {share!r} for {ZERO_SHARE} (a share in [0, 1] expected)")
-        config = plain.check({k: v for k, v in given.items() if k != ZERO_SHARE}, **extra)
-        if rounded(share) > 0:
-            config[ZERO_SHARE] = rounded(share)
-        return config
-    return check
-
-
 def _optimizer_builder(make: Callable[..., Callable[[], torch.Tensor]], count: int
                        ) -> Callable[[dict[str, Any], BuildContext], Built]:
     def build(p: dict[str, Any], ctx: BuildContext) -> Built:
@@ -204,6 +191,8 @@ def _optimizer_builder(make: Callable[..., Callable[[], torch.Tensor]], count: i
 # traced share comes from the workload's recorded optimizer state (pmdb.traces.state_values).
 _ZERO_SHARES = (0.5, 0.9, 1.0)
 _ZERO_NUMELS = (4096, 65536, 2 ** 20, 2 ** 22, 2 ** 23, 2 ** 24)
+_ZERO_SHARE_PARAM = OptionalParam(lambda share: isinstance(share, (int, float)) and 0.0 <= share <= 1.0,
+                                  "a share in [0, 1]", stored=rounded, default=0.0)
 
 
 def _with_zeros(configs: list[dict[str, Any]], shares: tuple[float, ...]) -> list[dict[str, Any]]:
@@ -245,5 +234,5 @@ for _name, (_make, _count, _flops, _accesses, _allocates) in OPTIMIZER_OPS.items
         bytes_moved=lambda p, a=_accesses: 4.0 * a * p["M"] * p["N"],
         memory=lambda p, c=_count, out=_allocates: 4.0 * (c + int(out)) * p["M"] * p["N"])
     if _is_sqrt:
-        _spec.check_config = _zero_share_check(replace(_spec))
+        _spec.check_config = with_optional(replace(_spec), {ZERO_SHARE: _ZERO_SHARE_PARAM})
     register(_spec)

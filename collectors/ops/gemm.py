@@ -17,12 +17,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from collectors.ops.catalogue import (QUICK_COUNT, Axis, BuildContext, Built, OpSpec, autograd_pair, register,
-                                      thin)
-from pmdb.errors import PmdbError
+from collectors.ops.catalogue import (QUICK_COUNT, Axis, BuildContext, Built, OpSpec, OptionalParam, autograd_pair,
+                                      register, thin, with_optional)
 from pmdb.traces.layout import LAYOUT
 
 LAYOUT_SHARE = 6        # one in LAYOUT_SHARE of a sweep's bmm configs has AT = 1, as many BT = 1
+# AT / BT of a bmm config: 1 where that operand is stored transposed; 0 (row-major) is left out of the config
+_LAYOUT_FLAG = OptionalParam(lambda value: value in (0, 1), "0 or 1: operand stored row-major or transposed")
 
 _SIZES = (16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 _ROWS = (1, 4, 16, 32, 64, 100, 128, 256, 512, 1000, 1024, 2048, 4096, 8192)
@@ -47,22 +48,6 @@ def _bmm_build(p: dict[str, Any], ctx: BuildContext) -> Built:
     x = _operand(ctx, p["B"], p["M"], p["K"], bool(p.get("AT", 0)))
     y = _operand(ctx, p["B"], p["K"], p["N"], bool(p.get("BT", 0)))
     return autograd_pair(lambda: x.bmm(y), (x, y), p, ctx.seed)
-
-
-def _layout_check(plain: OpSpec) -> Callable[..., dict[str, Any]]:
-    """``OpSpec.check`` of bmm: the shape as any op's, plus AT / BT in {0, 1} (0 is left out of the config)."""
-    def check(given: dict[str, Any], **extra: Any) -> dict[str, Any]:
-        flags = {}
-        for name in LAYOUT:
-            value = given.get(name, 0)
-            if isinstance(value, bool) or value not in (0, 1):
-                raise PmdbError(f"bmm: bad value {value!r} for {name} (0 or 1 expected: operand stored "
-                                f"row-major or transposed)")
-            if value:
-                flags[name] = 1
-        config = plain.check({k: v for k, v in given.items() if k not in LAYOUT}, **extra)
-        return {**config, **flags}
-    return check
 
 
 def _bmm_configs(spec: OpSpec, sweep: str, rng: np.random.Generator, sample: int, **_: Any) -> list[dict[str, Any]]:
@@ -106,4 +91,4 @@ _BMM = register(OpSpec(
     build=_bmm_build, flops=_flops,
     bytes_moved=lambda p: 4.0 * _elements(p), memory=lambda p: 4.0 * 2.5 * _elements(p)))
 _BMM.make_configs = _bmm_configs
-_BMM.check_config = _layout_check(replace(_BMM, make_configs=None))
+_BMM.check_config = with_optional(replace(_BMM, make_configs=None), {name: _LAYOUT_FLAG for name in LAYOUT})

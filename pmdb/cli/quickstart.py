@@ -73,6 +73,10 @@ def calibration_trace_sets(store: Store) -> tuple[str, ...]:
     return tuple(arg for ts in frame["trace_set_id"] for arg in ("--trace-set", str(int(ts))))
 GPU_FIT_BUDGET_MINUTES = "2"   # the GPU what-if's fit (gbdt, the GEMM tables' champion family; 2 candidates per
 #                               op, ~20-40 s): only a safety cap, the counted work decides the models
+# ... on one process: its 10 short searches took 30 / 49 s with --jobs 1 and 53 / 73 s with 2 worker processes
+# (their start-up: torch and scikit-learn imported twice), interleaved, on the 48 MiB-L3 Intel host beside a
+# running test suite, 2026-11-29
+GPU_FIT_JOBS = "1"
 
 
 def gpu_steps() -> list[Step]:
@@ -86,7 +90,7 @@ def gpu_steps() -> list[Step]:
         Step("gpu-kernels", ("collect", "import-ops", str(gpu.KERNELS), "--format", "neusight", "--platform",
                              gpu.PLATFORM), what + "import the V100 kernel-table sample (NeuSight)"),
         Step("gpu-fit", ("fit", "--platform", gpu.PLATFORM, "--all", "--family", "gbdt", "--budget-minutes",
-                         GPU_FIT_BUDGET_MINUTES, "--no-progress", "--summary"),
+                         GPU_FIT_BUDGET_MINUTES, "--jobs", GPU_FIT_JOBS, "--no-progress", "--summary"),
              what + "fit the V100's kernel models on the sample"),
         Step("gpu-capture", ("collect", "workload", "transformer", "--graph-only", "--config", str(gpu.MODEL_CONFIG),
                              "--batch-size", str(gpu.BATCH_SIZE), "--seq-len", str(gpu.SEQ_LEN)),
