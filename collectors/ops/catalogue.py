@@ -258,7 +258,7 @@ def with_optional(plain: OpSpec, params: dict[str, OptionalParam]) -> Callable[.
         for name, param in params.items():
             value = given.get(name, param.default)
             if isinstance(value, bool) or not param.valid(value):
-                raise PmdbError(f"{plain.name}: bad value {value!r} for {name} ({param.expected} expected)")
+                raise PmdbError(f"{plain.name}: bad value {value!r} for {name} (expected {param.expected})")
             if param.stored(value):
                 kept[name] = param.stored(value)
         return {**plain.check({k: v for k, v in given.items() if k not in params}, **extra), **kept}

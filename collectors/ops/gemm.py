@@ -23,7 +23,8 @@ from pmdb.traces.layout import LAYOUT
 
 LAYOUT_SHARE = 6        # one in LAYOUT_SHARE of a sweep's bmm configs has AT = 1, as many BT = 1
 # AT / BT of a bmm config: 1 where that operand is stored transposed; 0 (row-major) is left out of the config
-_LAYOUT_FLAG = OptionalParam(lambda value: value in (0, 1), "0 or 1: operand stored row-major or transposed")
+_LAYOUT_FLAG = OptionalParam(lambda value: value in (0, 1), "0 or 1: operand stored row-major or transposed",
+                             stored=int)   # 1.0 from a trace is the config key's 1
 
 _SIZES = (16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 _ROWS = (1, 4, 16, 32, 64, 100, 128, 256, 512, 1000, 1024, 2048, 4096, 8192)
