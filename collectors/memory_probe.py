@@ -17,8 +17,8 @@ with its prices' lives in :mod:`simulator.memory_phase`. About 0.1 s per probe (
 last-level cache a process finds moves with its neighbours, and sysfs gives only the whole (480 MiB on the Intel
 host, where a 64 MiB buffer re-read at LLC pace in a fast phase and at DRAM pace in a slow one). With it a probe
 times reads of 16, 64 and 256 MiB just touched and of the 64 MiB buffer just flushed from every cache level (the
-DRAM reference), all prefixes of one buffer; :mod:`simulator.llc_found` turns them into the fraction of a re-read buffer found in the LLC, per
-size. About 0.3 s more (2026-11-29, Intel host: 16 MiB x4 2.4-2.6 ms, 64 MiB 2.8-3.4 ms, flushed 5.3 ms, 256 MiB
+DRAM reference), all prefixes of one buffer; :mod:`simulator.llc_found` turns them into the fraction of a re-read
+buffer found in the LLC, per size. About 0.3 s more (2026-11-29, Intel host: 16 MiB x4 2.4-2.6 ms, 64 MiB 2.8-3.4 ms, flushed 5.3 ms, 256 MiB
 / 4 5.7 ms); a whole probe with its curve 0.55-0.68 s on the 48 MiB-L3 Intel host when each size had its own
 buffer, see :func:`_read_times` for one buffer.
 """

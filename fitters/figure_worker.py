@@ -27,10 +27,10 @@ from typing import Any, Callable, TextIO
 
 import numpy as np
 
+from fitters.niceness import lower_priority
 from fitters.plots import FigureJob
 from pmdb.errors import PmdbError
 
-NICENESS = 5           # as the fit's search workers (fitters.fit_pool.WORKER_NICENESS)
 STALL_S = 300.0        # no answer for this long while figures are outstanding: the worker is stuck
 CLOSE_S = 10.0         # how long a closing worker may take to finish before it is killed
 STDERR_TAIL = 400      # characters of the worker's stderr quoted in an error
@@ -184,10 +184,7 @@ def _read_lines(stream: TextIO, answers: "queue.Queue[str | None]") -> None:
 def serve(requests: TextIO = sys.stdin, answers: TextIO = sys.stdout) -> None:
     """The worker's loop: one JSON line per version in, one out (``{"id": n}`` or ``{"id": n, "error": "..."}``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C goes to the fit, which stops this worker
-    try:
-        os.nice(NICENESS)   # the fit waits on the registering process, not on figures
-    except OSError:
-        pass
+    lower_priority()   # the fit waits on the registering process, not on figures
     for line in requests:
         message = json.loads(line)
         answer: dict[str, object] = {"id": message["id"]}

@@ -174,7 +174,7 @@ def fit_kernel_group(group: data.KernelGroup, family: str, peaks: dict[str, floa
     `pmdb fit` does (the test side is never seen); returns (model, split) for scoring the test side. The work is
     ``config`` (default: `pmdb fit`'s) and ``gbdt_trials``; ``budget_s`` (s) only a safety cap."""
     split = _kernel_split(group, seed)
-    model = _fit_kernel(Task(group, family), _training_set(group, split.train, peaks), seed, budget_s, config,
+    model = _fit_family(family, _training_set(group, split.train, peaks), seed, budget_s, config,
                         gbdt_trials)
     return model, split
 
@@ -188,11 +188,6 @@ def _training_set(group: data.KernelGroup, rows: np.ndarray, peaks: dict[str, fl
     return TrainingSet(group.op, group.pass_, group.dtype, group.params.iloc[rows].reset_index(drop=True),
                        group.rows["median_us"].to_numpy(dtype=float)[rows],
                        group.rows["config_key"].to_numpy()[rows], peaks)
-
-
-def _fit_kernel(task: Task, training: TrainingSet, seed: int, budget_s: float, config: TrainConfig,
-                gbdt_trials: int = work.GBDT_TRIALS) -> Model:
-    return _fit_family(task.family, training, seed, budget_s, config, gbdt_trials)
 
 
 def _fit_family(family: str, training: TrainingSet, seed: int, budget_s: float, config: TrainConfig,
@@ -356,7 +351,7 @@ class Fitter:
         else:
             split = _kernel_split(group, seed)
             if trained is None:
-                model = _fit_kernel(task, _training_set(group, split.train, peaks), seed, budget_s,
+                model = _fit_family(task.family, _training_set(group, split.train, peaks), seed, budget_s,
                                     self.options.train_config, self.options.gbdt_trials)
             else:
                 model = trained[0]

@@ -19,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
 from fitters.model import Model, TrainConfig, TrainingSet
+from fitters.niceness import lower_priority
 from pmdb.errors import PmdbError
 
 MAX_JOBS = 4          # default --jobs: the usable cores, at most this many
@@ -33,18 +34,11 @@ def default_jobs() -> int:
     return max(1, min(cores, MAX_JOBS))
 
 
-WORKER_NICENESS = 5   # below the registering process, which the fit waits on (MLflow logging, one version at a time)
-
-
 def _start_worker() -> None:
-    """A worker ignores Ctrl-C (the fit decides) and yields the CPU to the registering process: on 2 cores the
-    fit's wall time was the registering process's, shared with two searches and the figure worker. Searches count
-    their work (not the clock), so their results do not depend on it."""
+    """A worker ignores Ctrl-C (the fit decides) and yields the CPU to the registering process
+    (:mod:`fitters.niceness`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        os.nice(WORKER_NICENESS)
-    except OSError:
-        pass
+    lower_priority()
 
 
 def train(fit_kernel: Callable[..., Model], family: str, training: TrainingSet, seed: int, budget_s: float,

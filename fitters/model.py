@@ -130,7 +130,8 @@ class Model(ABC):
         kept: dict[str, bytes] | None = getattr(self, "_weight_files", None)
         if kept is None:
             self.save_weights(directory)
-        for name, content in (kept or {}).items():
+            return directory
+        for name, content in kept.items():
             target = directory / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)

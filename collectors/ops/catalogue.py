@@ -238,7 +238,6 @@ def thin(configs: list[T], limit: int, seed: int = 0) -> list[T]:
 REGISTRY: dict[str, OpSpec] = {}
 
 
-
 @dataclass(frozen=True)
 class OptionalParam:
     """A parameter some configs of an op carry beside its grid's (an operand layout, a share of zeros): a value
@@ -259,8 +258,9 @@ def with_optional(plain: OpSpec, params: dict[str, OptionalParam]) -> Callable[.
             value = given.get(name, param.default)
             if isinstance(value, bool) or not param.valid(value):
                 raise PmdbError(f"{plain.name}: bad value {value!r} for {name} (expected {param.expected})")
-            if param.stored(value):
-                kept[name] = param.stored(value)
+            stored = param.stored(value)
+            if stored:
+                kept[name] = stored
         return {**plain.check({k: v for k, v in given.items() if k not in params}, **extra), **kept}
     return check
 
