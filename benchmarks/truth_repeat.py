@@ -33,10 +33,12 @@ TRUTH = ("SELECT CAST(summary->>'$.measured_us' AS DOUBLE) AS measured_us FROM c
 
 
 def workloads() -> dict[str, tuple[str, ...]]:
-    """The quickstart's workload steps by name ('dlrm-ws1', 'bert-ws1', ...): their `pmdb` arguments."""
+    """The quickstart's workload steps that measure a truth, by name ('dlrm-ws1', 'bert-ws1', ...): their `pmdb`
+    arguments (a shape-only capture measures none)."""
     from pmdb.cli.quickstart import steps
 
-    return {s.name: s.args for s in steps("reports") if s.args[:2] == ("collect", "workload")}
+    return {s.name: s.args for s in steps("reports")
+            if s.args[:2] == ("collect", "workload") and "--graph-only" not in s.args}
 
 
 def within(values: list[float], centre: float, margin: float = MARGIN) -> float:
