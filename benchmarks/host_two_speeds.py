@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from pmdb_commands import host_line  # noqa: E402
+from pmdb_commands import emit, host_line  # noqa: E402
 
 SIZE = 256       # the GEMM's M = N = K
 SLOWER = 1.25    # a window this much above the fast level counts as slow
@@ -96,10 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     started = datetime.now(timezone.utc)
     text = report(window_medians(args.seconds, args.window), args.window, started, args.seconds)
-    print(text)
-    if args.out:
-        with args.out.open("a") as handle:
-            handle.write(text + "\n")
+    emit(text, args.out)
     return 0
 
 

@@ -66,6 +66,14 @@ def workspace_parser(doc: str, out: Path, fit_budget_minutes: float, fitted: str
     return parser
 
 
+def emit(text: str, out: Path | None) -> None:
+    """Print a benchmark's Markdown and append it to ``out`` (a results file that keeps earlier runs), if given."""
+    print(text)
+    if out:
+        with out.open("a") as handle:
+            handle.write(text + "\n")
+
+
 def host_line() -> str:
     """The host a benchmark ran on, as lscpu names it (model, L2 and L3 lines) and its core count: every CPU-side
     figure is written beside it."""
