@@ -9,10 +9,15 @@ host (`make demo`'s `pmdb-workspace`) to see which ops move between hosts, and b
 profiled iterations against the unprofiled step. ``--profiler-tax`` adds the profiler's own cost per recorded op
 event on this host, with and without the profiler as ``collect workload`` configures it
 (:mod:`collectors.workloads.profiler_tax`: the wall tax, and what of it the IQR-kept overhead samples hold).
+``--phases STEPS`` rebuilds each run's trainer from its stored config and times STEPS unprofiled steps phase by
+phase (zero_grad, forward with the loss, backward, optimizer step; one thread, pmdb's allocator settings), against
+the predicted iteration's op prices and T1 gaps per phase: where the traced op times carry the profiler's cost, this
+says which phase the prices miss.
 Diagnosis only: nothing here is fitted on, and no prediction rule is chosen by it. Each export stores one more
 prediction in the workspace.
 
     .venv/bin/python benchmarks/host_op_diagnosis.py pmdb-workspace [--out FILE.md] [--top 12] [--profiler-tax]
+        [--phases 300]
 """
 from __future__ import annotations
 
@@ -36,7 +41,8 @@ from pmdb_commands import Commands, host_line  # noqa: E402
 COMMANDS = Commands("host_op_diagnosis")
 
 RUNS = """
-SELECT t.trace_set_id, w.name AS workload, w.batch_size, r.measured_us, r.platform,
+SELECT t.trace_set_id, w.name AS workload, w.family, CAST(w.config AS VARCHAR) AS config, w.batch_size,
+       r.measured_us, r.platform,
        (SELECT max(p.predicted_us) FROM predictions p WHERE p.trace_set_id = t.trace_set_id
           AND p.mode = 'model') AS predicted_us
 FROM trace_sets t JOIN workloads w USING (workload_id) JOIN workload_runs r ON r.workload_id = w.workload_id
@@ -119,6 +125,95 @@ def per_op(trace: dict) -> tuple[dict[str, list[float]], dict]:
     return dict(sums), meta
 
 
+PHASE_ROWS = (("zero_grad", "zero_grad"), ("forward + loss", "fw"), ("backward", "bw"),
+              ("optimizer step", "optimizer"))
+
+
+def predicted_phases(trace: dict) -> dict[str, tuple[float, float]]:
+    """Per phase (fw, loss, bw, optimizer) of an exported timeline: (its top-level op prices, the T1 gaps before
+    them), µs per iteration. Loss ops count with the forward, as a forward timed up to ``loss`` holds them."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    meta = trace.get("pmdb", {}) if isinstance(trace, dict) else {}
+    iters = max(1, int(meta.get("iterations_predicted") or 1))
+    for event in events:
+        args = event.get("args") or {}
+        phase = args.get("phase")
+        if event.get("ph") != "X" or phase is None or "predicted_us" not in args:
+            continue
+        row = out["fw" if phase == "loss" else phase]
+        row[0] += float(args["predicted_us"]) / iters
+        row[1] += float(args.get("t1_us") or 0.0) / iters
+    return {phase: (ops, t1) for phase, (ops, t1) in out.items()}
+
+
+def trainer_of(family: str, config: dict, batch_size: int):
+    """The single-rank trainer of a stored workload (its stored config), on the CPU, seed 0."""
+    import torch
+
+    device = torch.device("cpu")
+    if family == "dlrm":
+        from collectors.workloads.dlrm import DlrmTrainer
+        from collectors.workloads.dlrm_presets import from_dict
+        from collectors.workloads.sharders import rank_layout
+
+        cfg = from_dict(config)
+        layout = rank_layout([0] * len(cfg.tables), [t.dim for t in cfg.tables], 1, cfg.batch_size)
+        return DlrmTrainer(cfg, layout, 0, 0, device)
+    from collectors.workloads.transformer import TransformerConfig, TransformerTrainer
+
+    known = {k: v for k, v in config.items() if k in TransformerConfig.__dataclass_fields__}
+    return TransformerTrainer(TransformerConfig(**known, batch_size=batch_size), 0, 1, 0, device)
+
+
+def measured_phases(family: str, config: dict, batch_size: int, steps: int) -> dict[str, tuple[float, float]]:
+    """Per phase (zero_grad, fw, bw, optimizer) of ``steps`` unprofiled training steps of the workload, each phase
+    timed apart: (median, 10th percentile) µs. One thread, pmdb's allocator settings (as `collect workload`)."""
+    import statistics
+    import time
+
+    import numpy as np
+
+    trainer = trainer_of(family, config, batch_size)
+    ids = list(range(min(steps, 20)))
+    trainer.prepare(ids)
+    for k in ids:
+        trainer.step(k)
+    times: dict[str, list[float]] = defaultdict(list)
+    for k in range(steps):
+        batch = trainer.batches[ids[k % len(ids)]]
+        marks = [time.perf_counter_ns()]
+        trainer.optimizer.zero_grad()
+        marks.append(time.perf_counter_ns())
+        loss = trainer.loss(trainer.model(batch.dense, batch.indices, batch.offsets), batch.labels) \
+            if family == "dlrm" else trainer.model(**batch).loss
+        marks.append(time.perf_counter_ns())
+        loss.backward()
+        marks.append(time.perf_counter_ns())
+        trainer.optimizer.step()
+        marks.append(time.perf_counter_ns())
+        for (_, phase), begun, ended in zip(PHASE_ROWS, marks, marks[1:]):
+            times[phase].append((ended - begun) / 1e3)
+    return {phase: (statistics.median(v), float(np.percentile(v, 10))) for phase, v in times.items()}
+
+
+def phase_lines(measured: dict[str, tuple[float, float]], predicted: dict[str, tuple[float, float]],
+                steps: int) -> list[str]:
+    """The per-phase table of one run: measured unprofiled median (p10) against the predicted op prices + T1."""
+    lines = [f"Per phase, unprofiled ({steps} steps, each phase timed apart) against the predicted iteration:", "",
+             "| phase | measured median (p10) ms | predicted op prices + T1 ms | predicted / measured median |",
+             "|---|---|---|---|"]
+    for label, phase in PHASE_ROWS:
+        median, p10 = measured.get(phase, (float("nan"), float("nan")))
+        ops, t1 = predicted.get(phase, (0.0, 0.0))
+        if phase in predicted and median > 0:
+            priced, ratio = f"{ops / 1e3:.2f} + {t1 / 1e3:.2f}", f"x{(ops + t1) / median:.2f}"
+        else:
+            priced, ratio = "not priced (no op)", "-"
+        lines.append(f"| {label} | {median / 1e3:.2f} ({p10 / 1e3:.2f}) | {priced} | {ratio} |")
+    return lines + [""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workspace", type=Path, help="a pmdb workspace with predicted single-rank CPU runs")
@@ -128,7 +223,17 @@ def main() -> None:
                         help="also measure the profiler's cost per recorded op event on this host (~20 s)")
     parser.add_argument("--blocks", type=int, default=41,
                         help="--profiler-tax: alternating blocks per case (default 41)")
+    parser.add_argument("--phases", type=int, default=0, metavar="STEPS",
+                        help="also time STEPS unprofiled steps of each run phase by phase, one thread, and put "
+                             "them against the predicted phases (default 0: not done)")
     opts = parser.parse_args()
+    if opts.phases:
+        import torch
+
+        from collectors.workloads.allocator import apply_in_process
+
+        apply_in_process()
+        torch.set_num_threads(1)
     home = opts.workspace.resolve()
     lines = [f"# Per-op diagnosis of CPU predictions — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
              f"Host: {host_line()}; load average {os.getloadavg()[0]:.2f} at start; workspace `{opts.workspace}`.", ""]
@@ -156,6 +261,10 @@ def main() -> None:
                 lines.append(f"| {name} | {n / iters:g} | {p:.0f} | {t:.0f} | {p - t:+.0f} | "
                              f"{100 * (p / t - 1) if t else float('nan'):+.1f}% |")
             lines.append("")
+            if opts.phases and run["family"] in ("dlrm", "transformer"):
+                measured = measured_phases(run["family"], json.loads(run["config"]), int(run["batch_size"]),
+                                           opts.phases)
+                lines += phase_lines(measured, predicted_phases(trace), opts.phases)
     if opts.profiler_tax:
         lines += tax_lines(opts.blocks)
     text = "\n".join(lines)
