@@ -23,6 +23,13 @@ op calls play the role of the GPU's launches (direct cpu_op children of an op, i
 * T2: op start -> start of its first direct child op.  T3: end of its last direct child -> op end.
 * T5: gap between consecutive direct children; for an op without children, its whole duration.
 * T4: none (a nested call is the work itself, not a launch of it).
+* An optimizer range (torch's ``Optimizer.step#SGD.step`` annotation around an optimizer's step) holds Python of
+  its own: SGD's and AdamW's loops over their parameters before the first op, ~0.2-0.7 ms in the quickstart's
+  traces on the 48 MiB-L3 Intel host. The gap before its first op is seldom under T1_MAX_US, so T1 never held it.
+  The range is sampled as a composite: its T2 (range start -> first direct child op) and T3 (last child end ->
+  range end), by the range's name; the T1 of its first op is the gap up to the range's start, and of the op after
+  it the gap from the range's end. The simulator adds T2 when an op enters a range and T3 when it leaves one
+  (:mod:`simulator.timing`, RULES_VERSION 9).
 
 So an op's duration = T2 + (its children's durations) + (the T5 gaps) + T3 exactly, and a predictor can compose
 ``time(op) = model(op)`` when it models the op as a whole (a microbenchmark of the whole call already contains its
@@ -73,6 +80,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from fitters.host_pace import Calibration, calibrate, read_pace, unprofiled_pace
+from pmdb.traces.phases import STEP_RANGE_PREFIX
 from pmdb.traces.rows import load_kernels, load_ops, top_level_mask, top_level_of
 from pmdb import platform as platforms
 from pmdb.platform import Semantics
@@ -94,14 +102,21 @@ def _samples(rows: list[tuple[str, str, int, float]]) -> pd.DataFrame:
     return frame
 
 
-def t1_samples(ops: pd.DataFrame, top: pd.Series, min_us: float = T1_MIN_US) -> list[tuple[str, str, int, float]]:
+def t1_samples(ops: pd.DataFrame, top: pd.Series, min_us: float = T1_MIN_US,
+               bounds: tuple[dict[int, float], dict[int, float]] = ({}, {})) -> list[tuple[str, str, int, float]]:
     """Gaps between consecutive top-level ops of each thread, inside the T1 window: over ``min_us`` (from 0 µs
-    inclusive when ``min_us`` is 0) and under T1_MAX_US."""
+    inclusive when ``min_us`` is 0) and under T1_MAX_US. ``bounds`` (:func:`range_bounds`): the gap before the first
+    op of an optimizer range ends where the range starts, the gap after its last op starts where the range ends
+    (the range's own time is its T2 and T3)."""
+    begins, ends_after = bounds
     rows = []
     tops = ops[top].sort_values(["thread", "start_us", "op_id"])
     for _, group in tops.groupby("thread", sort=False):
-        ends = (group["start_us"] + group["dur_us"]).to_numpy()[:-1]
-        gaps = group["start_us"].to_numpy()[1:] - ends
+        ids = group["op_id"].astype(int).to_numpy()
+        ends = [max(end, ends_after.get(int(i), end))
+                for i, end in zip(ids[:-1], (group["start_us"] + group["dur_us"]).to_numpy()[:-1])]
+        starts = [begins.get(int(i), start) for i, start in zip(ids[1:], group["start_us"].to_numpy()[1:])]
+        gaps = np.asarray(starts, dtype=float) - np.asarray(ends, dtype=float)
         for name, op_id, gap in zip(group["name"].iloc[1:], group["op_id"].iloc[1:], gaps):
             above = gap >= 0.0 if min_us <= 0.0 else gap > min_us
             if above and gap < T1_MAX_US:
@@ -179,12 +194,33 @@ def call_prices(stats: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame, n
     return {name: float(np.median(values)) for name, values in prices.items()}
 
 
+def step_ranges(ops: pd.DataFrame) -> pd.DataFrame:
+    """The optimizer ranges of a trace (annotations named ``Optimizer.*``: :func:`pmdb.traces.phases.optimizer_range`)."""
+    named = ops["name"].astype(str).str.startswith(STEP_RANGE_PREFIX)
+    return ops[named & (ops["category"] != "cpu_op")]
+
+
+def range_bounds(ranges: pd.DataFrame, cpu: pd.DataFrame) -> tuple[dict[int, float], dict[int, float]]:
+    """({first direct child op of a range: the range's start}, {last direct child op: the range's end}) in µs."""
+    begins: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    children = cpu[cpu["parent_id"].isin(ranges["op_id"])].sort_values(["start_us", "op_id"])
+    for range_id, kids in children.groupby("parent_id", sort=False):
+        span = ranges[ranges["op_id"] == range_id].iloc[0]
+        begins[int(kids["op_id"].iloc[0])] = float(span["start_us"])
+        ends[int(kids["op_id"].iloc[-1])] = float(span["start_us"] + span["dur_us"])
+    return begins, ends
+
+
 def cpu_samples(ops: pd.DataFrame) -> pd.DataFrame:
-    """T1, T2, T3, T5 of every cpu_op of a CPU trace (sync_host semantics: direct child ops play the launches)."""
+    """T1, T2, T3, T5 of every cpu_op of a CPU trace (sync_host semantics: direct child ops play the launches),
+    and T2 and T3 of its optimizer ranges (their own time before their first op and after their last)."""
     top = top_level_mask(ops)
-    rows = t1_samples(ops, top, CPU_T1_MIN_US)
     cpu = ops[ops["category"] == "cpu_op"]
+    ranges = step_ranges(ops)
+    rows = t1_samples(ops, top, CPU_T1_MIN_US, range_bounds(ranges, cpu))
     rows += _split(cpu, cpu, "parent_id")
+    rows += [row for row in _split(ranges, cpu, "parent_id") if row[1] in ("T2", "T3")]
     return _samples(rows)
 
 

@@ -41,7 +41,9 @@ from pmdb.traces.graph import Stream
 #    add), not warm^(1-f) cold^f (simulator.cache_levels.between)
 # 8: a bmm is priced in the operand layout its execution trace recorded (AT / BT: an operand stored transposed,
 #    pmdb.traces.layout), not always row-major
-RULES_VERSION = 8
+# 9: on a CPU an optimizer range's own host time (Optimizer.step#...: Python before its first op and after its
+#    last) is priced by its T2 and T3 as its ops enter and leave it (fitters.overheads.cpu_samples)
+RULES_VERSION = 9
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

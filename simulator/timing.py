@@ -364,10 +364,22 @@ class ModelTiming:
         self.priced_by[id(op)] = f"{key[0]}:{key[1]}"
         return self._comm[(key, size)]
 
+    def _range_edge(self, before: str | None, after: str | None) -> float:
+        """Host time (µs) of leaving optimizer range ``before`` (its T3) and entering ``after`` (its T2) between two
+        consecutive ops (:func:`fitters.overheads.cpu_samples`); nothing where they are the same range or the
+        overhead table has no sample of it."""
+        if before == after:
+            return 0.0
+        leave = (self.overheads.get(before, "T3") or 0.0) if before is not None else 0.0
+        enter = (self.overheads.get(after, "T2") or 0.0) if after is not None else 0.0
+        return leave + enter
+
     def _cpu_program(self, graph: TraceGraph, rank: int, sizes: dict[int, float]) -> list[TimedOp]:
         out = []
+        current: str | None = None   # the optimizer range the previous op ran in
         for i, op in enumerate(graph.ranks[rank].ops):
-            timed = TimedOp(t1=self._t1(op), is_collective=op.is_collective, waits_on=op.waits_on,
+            edge, current = self._range_edge(current, op.step_range), op.step_range
+            timed = TimedOp(t1=self._t1(op) + edge, is_collective=op.is_collective, waits_on=op.waits_on,
                             sync_streams=tuple(int(s) for s in op.sync_streams))
             if op.is_collective:
                 # the traced call time of a collective contains its execution and the wait for peers, which the
@@ -378,7 +390,7 @@ class ModelTiming:
             else:
                 timed.kernels = ((COMPUTE, self._op_time(op), 0.0, 0.0),)
             out.append(timed)
-        out.append(TimedOp(t1=self.overheads.typical("T1")))
+        out.append(TimedOp(t1=self.overheads.typical("T1") + self._range_edge(current, None)))
         return out
 
     def _gpu_program(self, graph: TraceGraph, rank: int, sizes: dict[int, float]) -> list[TimedOp]:

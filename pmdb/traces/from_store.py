@@ -25,7 +25,7 @@ from pmdb.platform import Semantics
 from pmdb.store import Store
 from pmdb.traces.gc_pause import collector_paused
 from pmdb.traces.graph import Kernel, Op, RankGraph, Stream, TraceGraph
-from pmdb.traces.phases import phase_of
+from pmdb.traces.phases import optimizer_range, phase_of
 from pmdb.traces.set_rows import complete_iterations, linked_counts, load_rank_frames, trace_set_info
 from pmdb.traces.state_values import annotate, zero_shares
 from pmdb.traces.vocabulary import common
@@ -63,10 +63,11 @@ def make_op(units: RankUnits, unit: int, kernels: list[tuple], comm_event: tuple
     waits = sorted((nan_or(units.col(c, "start_us")), nan_or(units.col(c, "dur_us")), SYNC_CALLS[units.col(c, "name")])
                    for c in sync_calls if c != unit) if units.timed else []
     is_coll = bool(units.col(unit, "is_collective")) and units.col(unit, "category") == "cpu_op"
+    enclosing = _enclosing(units, unit)
     op = Op(name=name, input_shapes=shapes, attrs=attrs, children=children, op_id=unit, start_us=start,
             cpu_dur_us=dur, sync_streams=sync_streams,
-            collective=collective_kind(name) if is_coll else None, phase=phase_of(name, _enclosing(units, unit)),
-            reuse=twin.get("reuse", ()) if twin is not None else ())
+            collective=collective_kind(name) if is_coll else None, phase=phase_of(name, enclosing),
+            step_range=optimizer_range(enclosing), reuse=twin.get("reuse", ()) if twin is not None else ())
     if is_coll:
         op.comm_bytes = _comm_bytes(op, twin)
     ks = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Iterable
 
 PHASES = ("fw", "loss", "bw", "optimizer")
+STEP_RANGE_PREFIX = "Optimizer."   # torch's record_function ranges of an optimizer: Optimizer.step#SGD.step, ...
 AUTOGRAD_PREFIX = "autograd::engine::evaluate_function"
 
 
@@ -33,3 +34,10 @@ def phase_of(name: str, enclosing: Iterable[str]) -> str:
     if any(n.rsplit("::", 1)[-1] == "loss" for n in lowered):
         return "loss"
     return "fw"
+
+
+def optimizer_range(enclosing: Iterable[str]) -> str | None:
+    """The innermost of the enclosing names (innermost first) that is one of torch's optimizer ranges
+    (``Optimizer.step#SGD.step``, ``Optimizer.zero_grad#...``), else None. Its own host time (the optimizer's Python
+    before its first op and after its last) is priced on CPU platforms as the range's T2 and T3."""
+    return next((str(n) for n in enclosing if str(n).startswith(STEP_RANGE_PREFIX)), None)

@@ -80,6 +80,28 @@ CPU_EXPECTED = {
 }
 
 
+# CPU trace with an optimizer range (one thread): linear [10,50]; Optimizer.step#SGD.step [150,500] holding add_
+# [400,410] and add_ [415,420]; relu [560,570]; Optimizer.zero_grad#SGD.zero_grad [600,650] holding no op.
+#   T1: first add_ 150-50 = 100 (up to the range's start, not 400-50 = 350, which the window would drop), second
+#   add_ 415-410 = 5, relu 560-500 = 60 (from the range's end, not 560-420 = 140)
+#   the range: T2 400-150 = 250, T3 500-420 = 80 (its T5 between children is the second add_'s T1; a range without
+#   ops, zero_grad, gives no sample: nothing places it)
+#   T5 (no child op): linear 40, add_ 10 and 5, relu 10
+RANGE_EVENTS = [
+    _x("user_annotation", "ProfilerStep#1", 0, 1000),
+    _x("cpu_op", "aten::linear", 10, 40),
+    _x("user_annotation", "Optimizer.step#SGD.step", 150, 350),
+    _x("cpu_op", "aten::add_", 400, 10), _x("cpu_op", "aten::add_", 415, 5),
+    _x("cpu_op", "aten::relu", 560, 10),
+    _x("user_annotation", "Optimizer.zero_grad#SGD.zero_grad", 600, 50),
+]
+RANGE_EXPECTED = {
+    ("aten::add_", "T1"): [100, 5], ("aten::relu", "T1"): [60],
+    ("Optimizer.step#SGD.step", "T2"): [250], ("Optimizer.step#SGD.step", "T3"): [80],
+    ("aten::linear", "T5"): [40], ("aten::add_", "T5"): [10, 5], ("aten::relu", "T5"): [10],
+}
+
+
 def _trace(tmp_path, name, events):
     path = tmp_path / name
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
@@ -103,8 +125,9 @@ def _samples(store, version):
 
 
 @pytest.mark.parametrize("events, device_kind, expected", [(GPU_EVENTS, "cuda", GPU_EXPECTED),
-                                                           (CPU_EVENTS, "cpu", CPU_EXPECTED)],
-                         ids=["gpu", "cpu"])
+                                                           (CPU_EVENTS, "cpu", CPU_EXPECTED),
+                                                           (RANGE_EVENTS, "cpu", RANGE_EXPECTED)],
+                         ids=["gpu", "cpu", "cpu-optimizer-range"])
 def test_hand_checked_samples_and_their_statistics(store, tmp_path, events, device_kind, expected):
     name = platform.ensure_named(store, f"hand-{device_kind}", device_kind=device_kind)
     _store_trace(store, name, _trace(tmp_path, "k.json", events))

@@ -94,6 +94,27 @@ def test_model_timing_on_cpu_step(cpu_trace_set):
     assert 0.3 < result.predicted_us / graph.measured_us < 3.0
 
 
+def test_an_optimizer_range_adds_its_own_time_where_its_ops_enter_and_leave_it(cpu_trace_set):
+    store, ts, platform = cpu_trace_set
+    peaks = _prepare(store, platform)
+    overheads = Overheads.latest(store, platform)
+    graph = load_graphs(store, ts, pick="best", detail=True)[0]
+    ranges = {op.step_range for rg in graph.ranks for op in rg.ops} - {None}
+    assert ranges == {"Optimizer.step#SGD.step"}   # the recording's SGD step, on every rank
+    enter, leave = overheads.get("Optimizer.step#SGD.step", "T2"), overheads.get("Optimizer.step#SGD.step", "T3")
+    assert enter is not None and enter > 0 and leave is not None and leave >= 0
+    models = ModelSet(kernels={}, peaks=peaks)
+    with_ranges = [[t.t1 for t in program] for program in ModelTiming(models, overheads, "sync_host").programs(graph)]
+    for rg in graph.ranks:
+        for op in rg.ops:
+            op.step_range = None
+    without = [[t.t1 for t in program] for program in ModelTiming(models, overheads, "sync_host").programs(graph)]
+    for rank, (a, b) in enumerate(zip(with_ranges, without)):
+        added = [x - y for x, y in zip(a, b) if abs(x - y) > 1e-9]
+        # one step per rank: the range's T2 before its first op, its T3 before the op after its last (or at the end)
+        assert added == pytest.approx([enter, leave]) or added == pytest.approx([enter + leave]), rank
+
+
 def test_model_mode_through_the_registry(cpu_trace_set):
     store, ts, platform = cpu_trace_set
     peaks = _prepare(store, platform)
