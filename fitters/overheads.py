@@ -112,11 +112,13 @@ def t1_samples(ops: pd.DataFrame, top: pd.Series, min_us: float = T1_MIN_US,
     rows = []
     tops = ops[top].sort_values(["thread", "start_us", "op_id"])
     for _, group in tops.groupby("thread", sort=False):
-        ids = group["op_id"].astype(int).to_numpy()
-        ends = [max(end, ends_after.get(int(i), end))
-                for i, end in zip(ids[:-1], (group["start_us"] + group["dur_us"]).to_numpy()[:-1])]
-        starts = [begins.get(int(i), start) for i, start in zip(ids[1:], group["start_us"].to_numpy()[1:])]
-        gaps = np.asarray(starts, dtype=float) - np.asarray(ends, dtype=float)
+        starts = group["start_us"].to_numpy(dtype=float)
+        ends = starts + group["dur_us"].to_numpy(dtype=float)
+        if begins or ends_after:   # only CPU traces with optimizer ranges
+            ids = group["op_id"].astype(int)
+            starts = ids.map(begins).fillna(group["start_us"]).to_numpy(dtype=float)
+            ends = np.maximum(ends, ids.map(ends_after).to_numpy(dtype=float, na_value=-np.inf))
+        gaps = starts[1:] - ends[:-1]
         for name, op_id, gap in zip(group["name"].iloc[1:], group["op_id"].iloc[1:], gaps):
             above = gap >= 0.0 if min_us <= 0.0 else gap > min_us
             if above and gap < T1_MAX_US:
@@ -204,11 +206,12 @@ def range_bounds(ranges: pd.DataFrame, cpu: pd.DataFrame) -> tuple[dict[int, flo
     """({first direct child op of a range: the range's start}, {last direct child op: the range's end}) in µs."""
     begins: dict[int, float] = {}
     ends: dict[int, float] = {}
-    children = cpu[cpu["parent_id"].isin(ranges["op_id"])].sort_values(["start_us", "op_id"])
+    spans = ranges.set_index("op_id")[["start_us", "dur_us"]]
+    children = cpu[cpu["parent_id"].isin(spans.index)].sort_values(["start_us", "op_id"])
     for range_id, kids in children.groupby("parent_id", sort=False):
-        span = ranges[ranges["op_id"] == range_id].iloc[0]
-        begins[int(kids["op_id"].iloc[0])] = float(span["start_us"])
-        ends[int(kids["op_id"].iloc[-1])] = float(span["start_us"] + span["dur_us"])
+        start, dur = spans.loc[int(range_id)]
+        begins[int(kids["op_id"].iloc[0])] = float(start)
+        ends[int(kids["op_id"].iloc[-1])] = float(start + dur)
     return begins, ends
 
 

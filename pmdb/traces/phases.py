@@ -26,7 +26,7 @@ def phase_of(name: str, enclosing: Iterable[str]) -> str:
     """The phase of an op called ``name`` whose enclosing annotations/ops are ``enclosing`` (any order)."""
     names = [str(n) for n in enclosing]
     lowered = [n.lower() for n in names]
-    if any(n.startswith("optimizer.") or "optimizer" in n for n in lowered):
+    if any(n.startswith(STEP_RANGE_PREFIX.lower()) or "optimizer" in n for n in lowered):
         return "optimizer"
     if name.startswith(AUTOGRAD_PREFIX) or any(n.startswith(AUTOGRAD_PREFIX) for n in names) \
             or any("backward" in n for n in lowered):
