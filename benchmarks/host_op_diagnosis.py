@@ -227,6 +227,9 @@ def main() -> None:
                         help="also time STEPS unprofiled steps of each run phase by phase, one thread, and put "
                              "them against the predicted phases (default 0: not done)")
     opts = parser.parse_args()
+    if opts.phases < 0 or opts.top < 1:
+        print("host_op_diagnosis: --phases must be 0 or more and --top at least 1", file=sys.stderr)
+        sys.exit(2)
     if opts.phases:
         import torch
 

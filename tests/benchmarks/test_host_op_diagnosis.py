@@ -45,3 +45,14 @@ def test_measured_phases_of_a_real_tiny_transformer_and_their_table():
     lines = diag.phase_lines({"fw": (2000.0, 1500.0), "zero_grad": (100.0, 80.0)}, {"fw": (1000.0, 500.0)}, 3)
     assert "| forward + loss | 2.00 (1.50) | 1.00 + 0.50 | x0.75 |" in lines
     assert "| zero_grad | 0.10 (0.08) | not priced (no op) | - |" in lines
+
+
+def test_a_bad_option_is_one_line(monkeypatch, tmp_path, capsys):
+    import pytest
+
+    diag = _module()
+    monkeypatch.setattr("sys.argv", ["host_op_diagnosis.py", str(tmp_path), "--phases", "-1"])
+    with pytest.raises(SystemExit) as stop:
+        diag.main()
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "--phases" in err
