@@ -373,19 +373,22 @@ class Registry:
                                       "platform": record.platform})
             with mlflow.start_run(experiment_id=experiment, run_name=run_name.replace("..", "."),
                                   nested=mlflow.active_run() is not None, tags=run_tags) as run:
-                # params and metrics in one batch (the fluent calls cost a run lookup and a transaction each)
+                run_id = run.info.run_id
+                # params before the model (MLflow copies the run's params onto the logged model), metrics after it,
+                # in one batch naming the model: logged before, MLflow would read each metric's history back and
+                # log it a second time for the model (a fifth of a version's registration)
+                self.client.log_batch(run_id, params=[Param(k, str(v)) for k, v in _params(record, model).items()])
+                self.client.log_artifacts(run_id, str(_json_files(Path(tmp) / "json", {
+                    "feature_spec.json": model.features(),
+                    "split.json": {"metrics": record.metrics, "histogram": record.histogram, **split}})))
+                for figure in figures:
+                    self.client.log_artifact(run_id, str(figure), "plots")
+                info = log_pyfunc(model_dir)
                 metrics = percent_metrics(record.metrics) | {"n_train": record.n_train, "n_test": record.n_test,
                                                              "fit_seconds": record.fit_seconds}
                 now = get_current_time_millis()
-                self.client.log_batch(run.info.run_id,
-                                      metrics=[Metric(k, float(v), now, 0, run_id=run.info.run_id)
-                                               for k, v in metrics.items()],
-                                      params=[Param(k, str(v)) for k, v in _params(record, model).items()])
-                mlflow.log_dict(model.features(), "feature_spec.json")
-                mlflow.log_dict({"metrics": record.metrics, "histogram": record.histogram, **split}, "split.json")
-                for figure in figures:
-                    mlflow.log_artifact(str(figure), "plots")
-                info = log_pyfunc(model_dir)
+                self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0, model_id=info.model_id,
+                                                              run_id=run_id) for k, v in metrics.items()])
             # what the name does not say (op, pass, cache state, world size are in it, and in the run's params)
             tags = without_empty({"family": record.family, "platform": record.platform,
                                   "pmdb.fit_run": fit_run_id, "data_hash": record.data_hash})
@@ -490,6 +493,14 @@ class Registry:
             except OSError:
                 shutil.rmtree(staging, ignore_errors=True)
         return target / "artifacts" / MODEL_DIR
+
+
+def _json_files(folder: Path, documents: dict[str, Any]) -> Path:
+    """Write each document as ``folder/<name>`` (JSON, as ``mlflow.log_dict`` writes it); the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, document in documents.items():
+        (folder / name).write_text(json.dumps(document, indent=2, default=str), encoding="utf-8")
+    return folder
 
 
 def log_pyfunc(model_dir: Path) -> Any:

@@ -69,6 +69,9 @@ def test_a_fit_is_readable_in_mlflow(fit_workspace, synthetic):
     run = client.get_run(version.run_id)
     assert run.data.metrics["test_gmae_pct"] == pytest.approx(100 * gmae)      # percent, as the CLI prints
     assert not any(key in run.data.metrics for key in ("test_gmae", "test_n"))
+    logged = client.get_logged_model(version.source.removeprefix("models:/"))   # carries the run's params, metrics
+    assert {m.key: m.value for m in logged.metrics} == run.data.metrics and logged.params == run.data.params
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"feature_spec.json", "split.json"}
     parent = client.get_run(run.data.tags["mlflow.parentRunId"])
     assert parent.info.run_name == f"pmdb fit --platform {PLATFORM} --op fully_connected --family roofline " \
                                    f"(run {run_id})"
