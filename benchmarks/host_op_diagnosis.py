@@ -151,19 +151,9 @@ def trainer_of(family: str, config: dict, batch_size: int):
     """The single-rank trainer of a stored workload (its stored config), on the CPU, seed 0."""
     import torch
 
-    device = torch.device("cpu")
-    if family == "dlrm":
-        from collectors.workloads.dlrm import DlrmTrainer
-        from collectors.workloads.dlrm_presets import from_dict
-        from collectors.workloads.sharders import rank_layout
+    from collectors.workloads.trainers import make_trainer, stored_config
 
-        cfg = from_dict(config)
-        layout = rank_layout([0] * len(cfg.tables), [t.dim for t in cfg.tables], 1, cfg.batch_size)
-        return DlrmTrainer(cfg, layout, 0, 0, device)
-    from collectors.workloads.transformer import TransformerConfig, TransformerTrainer
-
-    known = {k: v for k, v in config.items() if k in TransformerConfig.__dataclass_fields__}
-    return TransformerTrainer(TransformerConfig(**known, batch_size=batch_size), 0, 1, 0, device)
+    return make_trainer(family, stored_config(family, config, batch_size), torch.device("cpu"))
 
 
 def measured_phases(family: str, config: dict, batch_size: int, steps: int) -> dict[str, tuple[float, float]]:

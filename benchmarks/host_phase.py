@@ -47,20 +47,17 @@ SERIES = ("step", "addmm", "dropout", "layer_norm", "read16", "read64")
 
 def build_step(workload: str, steps: int) -> Callable[[], list[float]]:
     """A function timing ``steps`` training steps of the workload (µs each), its inputs prepared once."""
-    device = torch.device("cpu")
-    if workload == "dlrm":
-        from collectors.workloads.dlrm import DlrmTrainer
-        from collectors.workloads.dlrm_presets import preset
-        from collectors.workloads.sharders import rank_layout
+    from collectors.workloads.trainers import make_trainer
 
-        cfg = preset("dlrm_mixed")
-        layout = rank_layout([0] * len(cfg.tables), [t.dim for t in cfg.tables], 1, cfg.batch_size)
-        trainer: Any = DlrmTrainer(cfg, layout, 0, 0, device)
+    if workload == "dlrm":
+        from collectors.workloads.dlrm_presets import preset
+
+        cfg: Any = preset("dlrm_mixed")
     else:
-        from collectors.workloads.transformer import TransformerConfig, TransformerTrainer
+        from collectors.workloads.transformer import TransformerConfig
 
         cfg = TransformerConfig(arch=workload, layers=2, hidden=64, heads=4, seq_len=64, batch_size=8)
-        trainer = TransformerTrainer(cfg, 0, 1, 0, device)
+    trainer = make_trainer("dlrm" if workload == "dlrm" else "transformer", cfg, torch.device("cpu"))
     ids = list(range(steps))
     trainer.prepare(ids)
     for k in ids:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.workloads.allocator import RECORDED
+from collectors.workloads.trainers import make_trainer
 from collectors.workloads.dlrm_presets import DlrmConfig
 from collectors.workloads.transformer import TransformerConfig
 
@@ -60,19 +61,6 @@ class WorkloadJob:
         return self.warmup + self.iters + passes
 
 
-def _trainer(job: WorkloadJob, rank: int, device: Any) -> Any:
-    if job.family == "dlrm":
-        from collectors.workloads.dlrm import DlrmTrainer
-        from collectors.workloads.sharders import rank_layout
-
-        cfg = job.config
-        layout = rank_layout(job.plan, [t.dim for t in cfg.tables], job.world_size, job.batch_size)
-        return DlrmTrainer(cfg, layout, rank, job.seed, device)
-    from collectors.workloads.transformer import TransformerTrainer
-
-    return TransformerTrainer(job.config, rank, job.world_size, job.seed, device)
-
-
 def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
     """The rank program (runner target): ground truth, then the Kineto-only and ET passes. Returns per-rank times
     (µs), embedding statistics (DLRM), the zero shares of the optimizer state at the start and the end of the timed
@@ -95,7 +83,8 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():   # a torchrun job's rank joined it already
         dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
-    trainer = _trainer(job, rank, device)
+    trainer = make_trainer(job.family, job.config, device, rank=rank, world_size=job.world_size, seed=job.seed,
+                           plan=job.plan, batch_size=job.batch_size)
     trainer.prepare(sorted(set(job.warmup_ids + job.timed_ids)))
     sync = torch.cuda.synchronize if cuda else None
 
