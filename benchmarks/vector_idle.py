@@ -38,19 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
+from collectors.wake_probe import spin  # noqa: E402  (busy-wait µs in pure Python)
 from pmdb_commands import emit, host_line  # noqa: E402
 
 GAPS_US = (0, 100, 200, 400, 600, 800, 1600)
 WARM_CALLS = 3
 RECOVERY_CALLS = 8
 RECOVERY_GAP_US = 2000
-
-
-def spin(us: float) -> None:
-    """Busy-wait ``us`` µs in pure Python (scalar code, no memory traffic)."""
-    end = time.perf_counter_ns() + int(us * 1e3)
-    while time.perf_counter_ns() < end:
-        pass
 
 
 def ops() -> dict[str, Callable[[], object]]:

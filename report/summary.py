@@ -1,6 +1,7 @@
 """The one-screen summary ``pmdb quickstart`` prints at its end: per workload run its measured time with the spread
 of its iterations, the prediction, its error and the baseline's (sum of kernel times); per family (and world size)
-the geomean |e| of the model against the baseline's; the stated warnings of :mod:`report.checks`; what-if
+the geomean |e| of the model against the baseline's; the stated warnings of :mod:`report.checks` and the host's
+vector wake-up where it is large (:mod:`simulator.wake_loss`); what-if
 predictions judged against ground truth measured elsewhere (``pmdb collect import-e2e``); where the full tables are.
 
 :func:`summarize` reads the store (SQL over the completed-run views); :func:`render` lays the summary out in at most
@@ -19,6 +20,7 @@ from collectors.memory_probe import PROBE_BYTES
 from report import checks
 from simulator.llc_found import run_found
 from simulator.memory_phase import memory_pace, price_times
+from simulator.wake_loss import wake_loss
 
 WIDTH, HEIGHT = 80, 24
 LABEL = 32   # columns of a run's label
@@ -140,6 +142,10 @@ def summarize(store: Store) -> Summary:
     local = frame[frame["truth"] != "imported"].copy()
     several = local["platform"].nunique() > 1
     out.host = host_line(store, sorted(local["platform"].unique()))
+    for platform in sorted(local["platform"].unique()):
+        wake = wake_loss(store, platform)
+        if wake is not None and wake.worth_saying:
+            out.warnings.append(wake.sentence() + (f" ({platform})" if several else ""))
     prices = {p: price_times(store, p) for p in local["platform"].unique()}   # read once per platform
     for _, row in local.iterrows():
         pace = memory_pace(store, row["workload_run_id"], row["platform"], prices[row["platform"]])

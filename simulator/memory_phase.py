@@ -58,17 +58,22 @@ class MemoryPace:
                 "memory_pace": round(self.ratio, 4)}
 
 
-def read_times(summary: Any) -> list[float]:
-    """The probe read times (µs) a run summary holds (JSON text or a dict), of the probe's own size only."""
+def summary_probes(summary: Any, key: str) -> list[dict[str, Any]]:
+    """The probe records under ``key`` of a run summary (JSON text or a dict): the dicts of its list, or none."""
     if isinstance(summary, str):
         try:
             summary = json.loads(summary)
         except ValueError:
             return []
-    probes = summary.get("memory_probe") if isinstance(summary, dict) else None
+    probes = summary.get(key) if isinstance(summary, dict) else None
+    return [p for p in probes if isinstance(p, dict)] if isinstance(probes, list) else []
+
+
+def read_times(summary: Any) -> list[float]:
+    """The probe read times (µs) a run summary holds (JSON text or a dict), of the probe's own size only."""
     out = []
-    for probe in probes if isinstance(probes, list) else []:
-        if isinstance(probe, dict) and probe.get("bytes") == PROBE_BYTES:
+    for probe in summary_probes(summary, "memory_probe"):
+        if probe.get("bytes") == PROBE_BYTES:
             value = probe.get("read_us")
             if isinstance(value, (int, float)) and value > 0:
                 out.append(float(value))

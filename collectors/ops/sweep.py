@@ -36,6 +36,7 @@ from collectors.ops.cuda_timing import time_device
 from collectors.ops.engine_call import EngineCallCost
 from collectors.ops.writer import BatchWriter, sticky_interrupts
 from collectors.memory_probe import read_probe
+from collectors.wake_probe import read_wake
 from collectors.workloads.allocator import apply_in_process
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
@@ -400,6 +401,7 @@ class Sweep:
         if items and self.device.type == "cpu":   # the host's memory pace while these prices are taken
             with self._unbounded():
                 self.summary.memory_probe.append(read_probe(curve=True))
+            self.summary.wake_probe.append(read_wake())   # on the sweep's one thread
         self.run.summary = self.summary.as_dict()
         bar = tqdm(items, total=len(items), unit="config", disable=not progress, dynamic_ncols=True,
                    desc="collect ops")
@@ -419,6 +421,7 @@ class Sweep:
                 if self.summary.memory_probe:
                     with self._unbounded():
                         self.summary.memory_probe.append(read_probe(curve=True))
+                    self.summary.wake_probe.append(read_wake())
         except KeyboardInterrupt:
             self.summary.stopped = "interrupted"
             raise

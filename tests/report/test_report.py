@@ -139,6 +139,9 @@ def _section(page: str, key: str) -> str:
 
 def test_report_sections_figures_and_warnings(small_store, tmp_path):
     store, study = small_store
+    with store.run("ops", PLATFORM, {}) as run:   # the op sweeps' wake probes: a large loss is said
+        run.summary = {"wake_probe": [{"op": "linear 512x64->256", "spin_us": 2000.0, "back_to_back_us": 220.0,
+                                       "lost_us": lost} for lost in (250.0, 270.0)]}
     out = tmp_path / "out"
     made = build_report(store, out, PLATFORM)
     page = made.page.read_text()
@@ -182,6 +185,8 @@ def test_report_sections_figures_and_warnings(small_store, tmp_path):
     assert "dlrm ws2 (model): the baseline" not in preds
     assert "0.943-0.98<" in preds  # p10-p90 of the per-iteration max over ranks (ms)
     assert "1 run(s) have no measured spread" in preds  # lookup_greedy: neither spread nor iterations
+    assert f"{PLATFORM}: vector wake-up not priced: right after 2 ms of scalar work a linear 512x64-&gt;256 loses " \
+           "260 µs" in preds
     shard = _section(page, "sharding")
     assert f"study {study}: plans are indistinguishable to the model: size_greedy, lookup_greedy" in shard
     rate = shard.split("success rate per series")[1].split("</table>")[0]

@@ -49,6 +49,8 @@ def test_rows_resume_and_force(store):
     assert all(p["read_us"] > 0 for p in summary["memory_probe"])
     stored = json.loads(store.scalar("SELECT summary FROM collection_runs WHERE run_id = ?", [run_id]))
     assert stored["memory_probe"] == summary["memory_probe"]
+    assert [p["op"] for p in summary["wake_probe"]] == ["linear 512x64->256"] * 2      # at the start and the end
+    assert stored["wake_probe"] == summary["wake_probe"]
     # again: everything is already there
     _, again = _sweep(store, ops=["fully_connected"], configs=FC)
     assert again["configs_resumed"] == 2 and again["rows_written"] == 0

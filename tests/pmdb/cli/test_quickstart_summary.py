@@ -4,6 +4,7 @@ steps in a fresh workspace, judged against the step measured on a real V100."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import tomllib
 from pathlib import Path
 
@@ -245,3 +246,36 @@ def test_the_memory_pace_of_each_truth_is_a_column_when_runs_have_probes(store):
     assert found["dlrm_test ws1"] == pytest.approx(0.8) and found["bert ws1"] is None
     assert "llc: 80-80% of a re-read 64 MiB was found in the LLC at the truths" in lines
     assert all(len(line) <= 80 for line in lines[:-1])
+
+
+def _wake(lost_us: float, back_us: float = 220.0, op: str = "linear 512x64->256") -> dict:
+    return {"at": "2026-11-29T17:00:00+00:00", "op": op, "spin_us": 2000.0, "rounds": 15,
+            "back_to_back_us": back_us, "after_spin_us": [back_us + lost_us, back_us, back_us, back_us],
+            "lost_us": lost_us}
+
+
+def test_a_large_vector_wake_up_of_the_op_sweeps_is_said_and_a_small_one_is_not(small_store):
+    from simulator.wake_loss import read_probes, wake_loss
+
+    store = small_store
+    assert wake_loss(store, CPU) is None and not any("wake-up" in w for w in summarize(store).warnings)
+    with store.run("ops", CPU, {}) as run:    # a sweep's probes at its start and end, one malformed entry
+        run.summary = {"wake_probe": [_wake(30.0), _wake(20.0), {"op": "x", "lost_us": "?"}]}
+    assert len(read_probes(json.dumps({"wake_probe": [_wake(1.0), 3, None]}))) == 1 and read_probes("no") == []
+    small = wake_loss(store, CPU)
+    assert small.probes == 2 and small.lost_us == 25.0 and not small.worth_saying   # under a quarter of 220 us
+    assert not any("wake-up" in w for w in summarize(store).warnings)
+    with store.run("ops", CPU, {}) as run:
+        run.summary = {"wake_probe": [_wake(300.0), _wake(280.0), _wake(260.0, op="other")]}
+    with pytest.raises(RuntimeError):         # a failed sweep's probes never count
+        with store.run("ops", CPU, {}) as run:
+            run.summary = {"wake_probe": [_wake(5000.0)] * 5}
+            raise RuntimeError("the sweep broke")
+    loss = wake_loss(store, CPU)
+    assert loss.probes == 4 and loss.lost_us == pytest.approx(155.0) and loss.worth_saying   # median of 20-300
+    summary = summarize(store)
+    [said] = [w for w in summary.warnings if "wake-up" in w]
+    assert said.startswith("vector wake-up not priced: right after 2 ms of scalar work a linear 512x64->256 loses "
+                           "155 µs") and "4 probes" in said
+    lines = render(summary, "/ws/reports/index.html", title="== done")
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80
