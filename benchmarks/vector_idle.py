@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from collectors.wake_probe import spin  # noqa: E402  (busy-wait µs in pure Python)
+from collectors.wake_probe import spin, timed_us  # noqa: E402  (busy-wait µs in pure Python; µs of one call)
 from pmdb_commands import emit, host_line  # noqa: E402
 
 GAPS_US = (0, 100, 200, 400, 600, 800, 1600)
@@ -59,12 +59,6 @@ def ops() -> dict[str, Callable[[], object]]:
             "layer_norm 8x64x64": lambda: f.layer_norm(x, (64,)),
             "softmax 8x4x64x64": lambda: torch.softmax(h, -1),
             "add 8x64x64": lambda: x + x}
-
-
-def timed_us(fn: Callable[[], object]) -> float:
-    start = time.perf_counter_ns()
-    fn()
-    return (time.perf_counter_ns() - start) / 1e3
 
 
 def after_gaps(fn: Callable[[], object], gaps_us: tuple[int, ...], reps: int) -> dict[int, float]:

@@ -37,7 +37,8 @@ def spin(us: float) -> None:
         pass
 
 
-def _timed_us(fn: Callable[[], object]) -> float:
+def timed_us(fn: Callable[[], object]) -> float:
+    """µs of one call of ``fn``."""
     start = time.perf_counter_ns()
     fn()
     return (time.perf_counter_ns() - start) / 1e3
@@ -59,10 +60,10 @@ def read_wake(rounds: int = ROUNDS, spin_us: float = SPIN_US, calls: int = CALLS
         for _ in range(rounds):
             for _ in range(WARM_CALLS):
                 linear()
-            back.append(_timed_us(linear))
+            back.append(timed_us(linear))
             spin(spin_us)
             for k in range(calls):
-                after[k].append(_timed_us(linear))
+                after[k].append(timed_us(linear))
     back_us = statistics.median(back)
     after_us = [statistics.median(times) for times in after]
     return {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -13,7 +13,7 @@ from report import checks, figures, model_links
 from report.kernel_figures import kernel_error_dots, summarise
 from report.page import Section, Table
 from simulator.error_stats import named
-from simulator.wake_loss import wake_loss
+from simulator.wake_loss import wake_warning
 
 FEW_TEST_ROWS = 5  # a model scored on fewer held-out rows gets a note: its GMAE rests on very few points
 
@@ -224,9 +224,9 @@ def predictions_sections(store: Store, out: Path, platform: str | None) -> list[
     fig10.warnings += checks.baseline_beats_model(frame, ["group"])
     fig10.warnings += checks.indistinguishable(frame, ["shape"], "sharder", placement="placement")[0]
     for name in sorted(frame["platform"].unique()):
-        wake = wake_loss(store, str(name))
-        if wake is not None and wake.worth_saying:
-            fig10.warnings.append(f"{name}: {wake.sentence()}")
+        said = wake_warning(store, str(name))
+        if said is not None:
+            fig10.warnings.append(f"{name}: {said}")
     for mode in ("model", "replay"):
         for section, plot in ((fig10, predicted_vs_measured), (fig2, stream_breakdown)):
             path = plot(store, out, mode, platform=platform)

@@ -20,7 +20,7 @@ from collectors.memory_probe import PROBE_BYTES
 from report import checks
 from simulator.llc_found import run_found
 from simulator.memory_phase import memory_pace, price_times
-from simulator.wake_loss import wake_loss
+from simulator.wake_loss import wake_warning
 
 WIDTH, HEIGHT = 80, 24
 LABEL = 32   # columns of a run's label
@@ -143,9 +143,9 @@ def summarize(store: Store) -> Summary:
     several = local["platform"].nunique() > 1
     out.host = host_line(store, sorted(local["platform"].unique()))
     for platform in sorted(local["platform"].unique()):
-        wake = wake_loss(store, platform)
-        if wake is not None and wake.worth_saying:
-            out.warnings.append(wake.sentence() + (f" ({platform})" if several else ""))
+        said = wake_warning(store, platform)
+        if said is not None:
+            out.warnings.append(said + (f" ({platform})" if several else ""))
     prices = {p: price_times(store, p) for p in local["platform"].unique()}   # read once per platform
     for _, row in local.iterrows():
         pace = memory_pace(store, row["workload_run_id"], row["platform"], prices[row["platform"]])

@@ -56,3 +56,9 @@ def wake_loss(store: Store, platform: str) -> WakeLoss | None:
     return WakeLoss(op, float(statistics.median(p["spin_us"] for p in same)),
                     float(statistics.median(p["back_to_back_us"] for p in same)),
                     float(statistics.median(p["lost_us"] for p in same)), len(same))
+
+
+def wake_warning(store: Store, platform: str) -> str | None:
+    """The sentence the summary and the report say for the platform, where its wake-up loss is worth saying."""
+    loss = wake_loss(store, platform)
+    return loss.sentence() if loss is not None and loss.worth_saying else None
