@@ -81,6 +81,7 @@ from tqdm import tqdm
 
 from fitters.host_pace import Calibration, calibrate, read_pace, unprofiled_pace
 from pmdb.traces.phases import STEP_RANGE_PREFIX
+from pmdb.traces.opmap import tensor_elements
 from pmdb.traces.rows import load_kernels, load_ops, top_level_mask, top_level_of
 from pmdb import platform as platforms
 from pmdb.platform import Semantics
@@ -94,6 +95,15 @@ IQR_FACTOR = 1.5
 HOST_BOUND_SHARE = 0.5              # a profiled iteration whose device was busy less than this share was host-bound
 SAMPLE_COLUMNS = ["op_name", "kind", "op_id", "value_us"]
 OP_FIELDS = ["op_id", "name", "parent_id", "thread", "category", "start_us", "dur_us"]
+SIZED_KINDS = ("T2", "T3", "T5")    # CPU samples that carry their op's input size class (migration 0020)
+
+
+def size_class(elements: int | None) -> int | None:
+    """floor(log4(elements of an op's tensor inputs)), 0 below 4; None without tensor inputs. A CPU op's own time
+    (T2, T3, T5) is kept per class too: where it is work, it grows with the inputs (migration 0020)."""
+    if elements is None or elements < 1:
+        return None
+    return (int(elements).bit_length() - 1) // 2
 
 
 def _samples(rows: list[tuple[str, str, int, float]]) -> pd.DataFrame:
@@ -217,14 +227,24 @@ def range_bounds(ranges: pd.DataFrame, cpu: pd.DataFrame) -> tuple[dict[int, flo
 
 def cpu_samples(ops: pd.DataFrame) -> pd.DataFrame:
     """T1, T2, T3, T5 of every cpu_op of a CPU trace (sync_host semantics: direct child ops play the launches),
-    and T2 and T3 of its optimizer ranges (their own time before their first op and after their last)."""
+    and T2 and T3 of its optimizer ranges (their own time before their first op and after their last). Each T2, T3
+    and T5 sample of an op with tensor inputs carries its :func:`size_class` (``ops``' ``input_shapes``, where
+    loaded; else none does)."""
     top = top_level_mask(ops)
     cpu = ops[ops["category"] == "cpu_op"]
     ranges = step_ranges(ops)
     rows = t1_samples(ops, top, CPU_T1_MIN_US, range_bounds(ranges, cpu))
     rows += _split(cpu, cpu, "parent_id")
     rows += [row for row in _split(ranges, cpu, "parent_id") if row[1] in ("T2", "T3")]
-    return _samples(rows)
+    frame = _samples(rows)
+    classes: dict[int, int | None] = {}
+    if "input_shapes" in cpu:
+        classes = {int(i): size_class(tensor_elements(shapes))
+                   for i, shapes in zip(cpu["op_id"], cpu["input_shapes"])}
+    sized = frame["kind"].isin(SIZED_KINDS)
+    frame["size_class"] = pd.array([classes.get(int(i)) if k else None for i, k in zip(frame["op_id"], sized)],
+                                   dtype="Int64")
+    return frame
 
 
 def _top_owner(ops: pd.DataFrame, top: pd.Series) -> dict[int, int]:
@@ -233,17 +253,26 @@ def _top_owner(ops: pd.DataFrame, top: pd.Series) -> dict[int, int]:
     return {int(i): int(o) for i, o in zip(ops["op_id"], owner) if not pd.isna(o)}
 
 
-def iqr_summary(samples: pd.DataFrame) -> pd.DataFrame:
-    """Mean, std and count per (op_name, kind) of the samples within [Q1 - k IQR, Q3 + k IQR]."""
+def iqr_summary(samples: pd.DataFrame, keys: tuple[str, ...] = ("op_name", "kind")) -> pd.DataFrame:
+    """Mean, std and count per ``keys`` (op_name, kind) of the samples within [Q1 - k IQR, Q3 + k IQR]."""
     out = []
-    for (name, kind), group in samples.groupby(["op_name", "kind"], sort=True):
+    for key, group in samples.groupby(list(keys), sort=True):
         values = group["value_us"].to_numpy()
         q1, q3 = np.percentile(values, [25, 75])
         spread = IQR_FACTOR * (q3 - q1)
         kept = values[(values >= q1 - spread) & (values <= q3 + spread)]
-        out.append({"op_name": name, "kind": kind, "mean_us": float(kept.mean()),
+        out.append({**dict(zip(keys, key)), "mean_us": float(kept.mean()),
                     "std_us": float(kept.std(ddof=1)) if len(kept) > 1 else None, "count": int(len(kept))})
-    return pd.DataFrame(out, columns=["op_name", "kind", "mean_us", "std_us", "count"])
+    return pd.DataFrame(out, columns=[*keys, "mean_us", "std_us", "count"])
+
+
+def sized_summary(samples: pd.DataFrame) -> pd.DataFrame:
+    """:func:`iqr_summary` per (op_name, kind, size_class) of the samples that carry a size class (CPU T2, T3,
+    T5; migration 0020's overhead_sizes)."""
+    if "size_class" not in samples:
+        return iqr_summary(samples.iloc[:0].assign(size_class=0), ("op_name", "kind", "size_class"))
+    sized = samples[samples["size_class"].notna()].astype({"size_class": int})
+    return iqr_summary(sized, ("op_name", "kind", "size_class"))
 
 
 STEP, CALIBRATED, NONE = "unprofiled/profiled step", "back-to-back calibration", "none"
@@ -343,7 +372,8 @@ def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bo
     traces = require_traces(store, platform, include_joint)
     parts, scales = [], []
     for trace_id in tqdm(traces["trace_id"].astype(int), desc="extracting overheads", unit="trace", disable=None):
-        ops = load_ops(store, trace_id, columns=OP_FIELDS)
+        ops = load_ops(store, trace_id,
+                       columns=OP_FIELDS + ["input_shapes"] if semantics is Semantics.SYNC_HOST else OP_FIELDS)
         if semantics is Semantics.SYNC_HOST:
             found = cpu_samples(ops)
         else:
@@ -370,8 +400,10 @@ def fit_overheads(store: Store, run_id: str, platform: str, *, include_joint: bo
         "trace_ids": traces["trace_id"].astype(int).tolist(), "params": params}, returning="overhead_version"))
     store.insert("overhead_samples", samples.assign(overhead_version=version))
     store.insert("overheads", stats.assign(overhead_version=version))
+    sized = sized_summary(samples)
+    store.insert("overhead_sizes", sized.assign(overhead_version=version))
     return {"overhead_version": version, "semantics": semantics, "traces": len(traces), "samples": len(samples),
-            "host_scale": scales,
+            "sized": len(sized), "host_scale": scales,
             "kept": int(stats["count"].sum()), "ops": int(stats["op_name"].nunique()),
             "by_kind": {k: int(v) for k, v in stats.groupby("kind")["count"].sum().items()}}
 

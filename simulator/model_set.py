@@ -234,15 +234,23 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
     return out
 
 
+MIN_SIZED = 2   # samples a (name, kind, size class) needs before it prices ops of that class instead of the name
+
+
 @dataclass
 class Overheads:
-    """Mean overheads per (op name, kind) of one overhead version (µs)."""
+    """Mean overheads per (op name, kind) of one overhead version (µs), and per (op name, kind, input size class)
+    where the version holds them (CPU T2/T3/T5, migration 0020)."""
 
     version: int | None = None
     table: dict[tuple[str, str], float] = field(default_factory=dict)
     _typical: dict[str, float] = field(default_factory=dict, repr=False)
+    sized: dict[tuple[str, str, int], float] = field(default_factory=dict)
 
-    def get(self, name: str, kind: str) -> float | None:
+    def get(self, name: str, kind: str, size_class: int | None = None) -> float | None:
+        """The mean of the op's own size class where it was sampled (:data:`MIN_SIZED` times), else of its name."""
+        if size_class is not None and (name, kind, size_class) in self.sized:
+            return self.sized[(name, kind, size_class)]
         return self.table.get((name, kind))
 
     def typical(self, kind: str) -> float:
@@ -268,8 +276,12 @@ class Overheads:
         if version is None:
             return cls()
         frame = store.query("SELECT op_name, kind, mean_us FROM overheads WHERE overhead_version = ?", [int(version)])
+        sized = store.query("SELECT op_name, kind, size_class, mean_us FROM overhead_sizes WHERE overhead_version = ? "
+                            "AND count >= ?", [int(version), MIN_SIZED])
         return cls(int(version), {(n, k): float(v) for n, k, v in zip(frame["op_name"], frame["kind"],
-                                                                       frame["mean_us"])})
+                                                                       frame["mean_us"])},
+                   sized={(n, k, int(c)): float(v) for n, k, c, v in zip(sized["op_name"], sized["kind"],
+                                                                          sized["size_class"], sized["mean_us"])})
 
 
 def describe(models: ModelSet) -> dict[str, Any]:

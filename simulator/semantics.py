@@ -43,7 +43,9 @@ from pmdb.traces.graph import Stream
 #    pmdb.traces.layout), not always row-major
 # 9: on a CPU an optimizer range's own host time (Optimizer.step#...: Python before its first op and after its
 #    last) is priced by its T2 and T3 as its ops enter and leave it (fitters.overheads.cpu_samples)
-RULES_VERSION = 9
+# 10: on a CPU an op priced by its own samples (T5 whole, or T2 + children + T5 gaps + T3) takes those of its input
+#    size class where its overhead version sampled that class (fitters.overheads.size_class, migration 0020)
+RULES_VERSION = 10
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

@@ -33,7 +33,8 @@ from pmdb.traces.graph import Op, Stream, TraceGraph
 from simulator.cache_levels import UNKNOWN, between, cold_share, levels_known
 from simulator.measured_shapes import MICROBENCHMARK, MINED, MINED_SELF, ShapeMedians
 from simulator.model_set import BLEND, CACHE_PREFERENCE, CACHE_STATES, PAIRED, REUSE, ModelSet, Overheads
-from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
+from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op, tensor_elements
+from fitters.overheads import size_class
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
 
@@ -315,13 +316,15 @@ class ModelTiming:
 
     # ---- composition -----------------------------------------------------------------------------------------
     def _op_time(self, node: Op) -> float:
-        """Time of an op on a CPU: its model, or T2 + children + T5 gaps + T3, or its T5, or its traced time."""
+        """Time of an op on a CPU: its model, or T2 + children + T5 gaps + T3, or its T5, or its traced time; its
+        own time (T2, T3, T5) that of its input size class where the table sampled it (migration 0020)."""
         if id(node) in self._time:
             return self._time[id(node)]
+        size = size_class(tensor_elements(node.input_shapes))
         if node.sub:
-            t2, t3, t5 = (self._table(node.name, kind) for kind in ("T2", "T3", "T5"))
+            t2, t3, t5 = (self._table(node.name, kind, size) for kind in ("T2", "T3", "T5"))
             return t2 + t3 + t5 * (len(node.sub) - 1) + sum(self._op_time(c) for c in node.sub)
-        whole = self.overheads.get(node.name, "T5")
+        whole = self.overheads.get(node.name, "T5", size)
         if whole is not None:
             return whole
         if map_op(node) is NO_WORK:
@@ -329,9 +332,10 @@ class ModelTiming:
         self.usage.fell_back(node.name, "trace", node.cpu_dur_us)
         return _z(node.cpu_dur_us)
 
-    def _table(self, name: str, kind: str) -> float:
-        """The overhead of ``kind`` for an op name, else the typical one of that kind."""
-        value = self.overheads.get(name, kind)
+    def _table(self, name: str, kind: str, size: int | None = None) -> float:
+        """The overhead of ``kind`` for an op name (of its input size class ``size`` where sampled), else the
+        typical one of that kind."""
+        value = self.overheads.get(name, kind, size)
         return value if value is not None else self.overheads.typical(kind)
 
     def _t1(self, op: Op) -> float:

@@ -95,6 +95,12 @@ def _numel(shape: list[int]) -> int:
     return math.prod(shape) if shape else 1
 
 
+def tensor_elements(shapes: Any) -> int | None:
+    """Elements of an op's tensor inputs (its recorded input shapes), summed; None when it records no tensor."""
+    tensors = _tensors(shapes) if isinstance(shapes, list) else []
+    return sum(_numel(t) for t in tensors) if tensors else None
+
+
 def _scalar_operand(shapes: list[Any]) -> bool:
     """Whether a binary op's two operands are one tensor and one scalar (a Python number or a 0-dim tensor: both
     record an empty shape)."""

@@ -183,3 +183,39 @@ def test_cli_prints_the_new_version(fit_workspace, tmp_path, capsys):
     assert main(["--home", str(fit_workspace.home), "fit", "overheads", "--platform", "hand-cpu"]) == 0
     out = capsys.readouterr().out
     assert "overhead version 1 of hand-cpu (sync_host): 21 samples from 1 trace(s)" in out
+
+
+# CPU trace (one thread) whose op does work of its own after its last child: aten::all over [8, 4, 64, 64] (131072
+# elements, size class floor(log4) = 8) at [0,320] and [1000,1320], over [8, 64] (512 elements, class 4) at
+# [400,410] and [500,510]; each has one child fill_ of 2 µs starting 5 µs in (no shapes: no class).
+#   T2: 5 each; T3: 320-7 = 313 twice, 410-407 = 3 twice; T5: fill_ 2 (x4, no class)
+SIZED_EVENTS = [_x("user_annotation", "ProfilerStep#1", 0, 2000)]
+for _start, _dims in ((0, [[8, 4, 64, 64], [], []]), (400, [[8, 64]]), (500, [[8, 64]]),
+                      (1000, [[8, 4, 64, 64], [], []])):
+    _dur = 320 if len(_dims) == 3 else 10
+    SIZED_EVENTS += [_x("cpu_op", "aten::all", _start, _dur, **{"Input Dims": _dims}),
+                     _x("cpu_op", "aten::fill_", _start + 5, 2)]
+
+
+def test_a_cpu_ops_own_time_is_kept_per_input_size_class_too(store, tmp_path):
+    from fitters.overheads import size_class
+    from simulator.model_set import Overheads
+
+    assert [size_class(n) for n in (None, 0, 1, 3, 4, 15, 16, 512, 131072)] == [None, None, 0, 0, 1, 1, 2, 4, 8]
+    name = platform.ensure_named(store, "hand-cpu", device_kind="cpu")
+    _store_trace(store, name, _trace(tmp_path, "k.json", SIZED_EVENTS))
+    summary = _fit(store, name)
+    version = summary["overhead_version"]
+    sized = store.query("SELECT op_name, kind, size_class, mean_us, count FROM overhead_sizes "
+                        "WHERE overhead_version = ? ORDER BY kind, size_class", [version])
+    assert [tuple(r) for r in sized.itertuples(index=False)] == [
+        ("aten::all", "T2", 4, 5.0, 2), ("aten::all", "T2", 8, 5.0, 2),
+        ("aten::all", "T3", 4, 3.0, 2), ("aten::all", "T3", 8, 313.0, 2)]
+    assert summary["sized"] == 4
+    classes = store.query("SELECT op_name, kind, size_class FROM overhead_samples WHERE overhead_version = ? "
+                          "AND kind = 'T5'", [version])
+    assert classes["size_class"].isna().all() and set(classes["op_name"]) == {"aten::fill_"}   # no shapes, no class
+    overheads = Overheads.latest(store, name)
+    assert overheads.get("aten::all", "T3") == pytest.approx(158.0)          # the name: both sizes mixed
+    assert overheads.get("aten::all", "T3", 4) == 3.0 and overheads.get("aten::all", "T3", 8) == 313.0
+    assert overheads.get("aten::all", "T3", 6) == pytest.approx(158.0)       # a class never sampled: the name's
