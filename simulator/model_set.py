@@ -2,6 +2,8 @@
 the roofline fallback) and its overhead table (T1–T5 per op name). Times µs."""
 from __future__ import annotations
 
+import bisect
+
 import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
@@ -234,24 +236,28 @@ def load_model_set(store: Store, platform: str, spec: str = "champion", cache_st
     return out
 
 
-MIN_SIZED = 2   # samples a (name, kind, size class) needs before it prices ops of that class instead of the name
+MIN_SIZED = 2   # samples a (name, kind, size class) needs before it prices ops of that name by size
 
 
 @dataclass
 class Overheads:
-    """Mean overheads per (op name, kind) of one overhead version (µs), and per (op name, kind, input size class)
-    where the version holds them (CPU T2/T3/T5, migration 0020)."""
+    """Mean overheads per (op name, kind) of one overhead version (µs), and per (op name, kind) its means by input
+    size class where the version sampled them (CPU T2/T3/T5, migration 0020), in class order."""
 
     version: int | None = None
     table: dict[tuple[str, str], float] = field(default_factory=dict)
     _typical: dict[str, float] = field(default_factory=dict, repr=False)
-    sized: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    sized: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)
 
     def get(self, name: str, kind: str, size_class: int | None = None) -> float | None:
-        """The mean of the op's own size class where it was sampled (:data:`MIN_SIZED` times), else of its name."""
-        if size_class is not None and (name, kind, size_class) in self.sized:
-            return self.sized[(name, kind, size_class)]
-        return self.table.get((name, kind))
+        """With ``size_class``, where the name was sampled by size: the mean of that class, else of the nearest
+        sampled class below it (an op grown past what was traced, as a what-if's, keeps the largest traced price
+        below it), else of the smallest; otherwise the name's mean."""
+        curve = self.sized.get((name, kind)) if size_class is not None else None
+        if not curve:
+            return self.table.get((name, kind))
+        at = bisect.bisect_right([size for size, _ in curve], size_class)
+        return curve[max(at - 1, 0)][1]
 
     def typical(self, kind: str) -> float:
         """Median over op names of one kind (for names the table does not hold)."""
@@ -276,12 +282,15 @@ class Overheads:
         if version is None:
             return cls()
         frame = store.query("SELECT op_name, kind, mean_us FROM overheads WHERE overhead_version = ?", [int(version)])
-        sized = store.query("SELECT op_name, kind, size_class, mean_us FROM overhead_sizes WHERE overhead_version = ? "
-                            "AND count >= ?", [int(version), MIN_SIZED])
+        sized = store.query("SELECT op_name, kind, size_class, mean_us, count FROM overhead_sizes "
+                            "WHERE overhead_version = ? AND count >= ?", [int(version), MIN_SIZED])
+        points: dict[tuple[str, str], list[tuple[int, float, int]]] = {}
+        for n, k, c, v, w in zip(sized["op_name"], sized["kind"], sized["size_class"], sized["mean_us"],
+                                 sized["count"]):
+            points.setdefault((n, k), []).append((int(c), float(v), int(w)))
         return cls(int(version), {(n, k): float(v) for n, k, v in zip(frame["op_name"], frame["kind"],
                                                                        frame["mean_us"])},
-                   sized={(n, k, int(c)): float(v) for n, k, c, v in zip(sized["op_name"], sized["kind"],
-                                                                          sized["size_class"], sized["mean_us"])})
+                   sized={key: [(c, v) for c, v, _ in sorted(found)] for key, found in points.items()})
 
 
 def describe(models: ModelSet) -> dict[str, Any]:

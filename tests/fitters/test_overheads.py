@@ -218,4 +218,7 @@ def test_a_cpu_ops_own_time_is_kept_per_input_size_class_too(store, tmp_path):
     overheads = Overheads.latest(store, name)
     assert overheads.get("aten::all", "T3") == pytest.approx(158.0)          # the name: both sizes mixed
     assert overheads.get("aten::all", "T3", 4) == 3.0 and overheads.get("aten::all", "T3", 8) == 313.0
-    assert overheads.get("aten::all", "T3", 6) == pytest.approx(158.0)       # a class never sampled: the name's
+    assert overheads.get("aten::all", "T3", 6) == 3.0        # a class never sampled: the largest sampled below it
+    assert overheads.get("aten::all", "T3", 2) == 3.0 and overheads.get("aten::all", "T3", 11) == 313.0
+    assert overheads.get("aten::fill_", "T5", 4) == pytest.approx(2.0)      # no curve for the name: its mean
+
