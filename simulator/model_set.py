@@ -3,7 +3,6 @@ the roofline fallback) and its overhead table (T1–T5 per op name). Times µs."
 from __future__ import annotations
 
 import bisect
-
 import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
@@ -282,15 +281,13 @@ class Overheads:
         if version is None:
             return cls()
         frame = store.query("SELECT op_name, kind, mean_us FROM overheads WHERE overhead_version = ?", [int(version)])
-        sized = store.query("SELECT op_name, kind, size_class, mean_us, count FROM overhead_sizes "
-                            "WHERE overhead_version = ? AND count >= ?", [int(version), MIN_SIZED])
-        points: dict[tuple[str, str], list[tuple[int, float, int]]] = {}
-        for n, k, c, v, w in zip(sized["op_name"], sized["kind"], sized["size_class"], sized["mean_us"],
-                                 sized["count"]):
-            points.setdefault((n, k), []).append((int(c), float(v), int(w)))
+        sized = store.query("SELECT op_name, kind, size_class, mean_us FROM overhead_sizes WHERE overhead_version = ? "
+                            "AND count >= ? ORDER BY op_name, kind, size_class", [int(version), MIN_SIZED])
+        curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        for n, k, c, v in zip(sized["op_name"], sized["kind"], sized["size_class"], sized["mean_us"]):
+            curves.setdefault((n, k), []).append((int(c), float(v)))
         return cls(int(version), {(n, k): float(v) for n, k, v in zip(frame["op_name"], frame["kind"],
-                                                                       frame["mean_us"])},
-                   sized={key: [(c, v) for c, v, _ in sorted(found)] for key, found in points.items()})
+                                                                       frame["mean_us"])}, sized=curves)
 
 
 def describe(models: ModelSet) -> dict[str, Any]:
