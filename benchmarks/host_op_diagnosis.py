@@ -147,13 +147,19 @@ def predicted_phases(trace: dict) -> dict[str, tuple[float, float]]:
     return {phase: (ops, t1) for phase, (ops, t1) in out.items()}
 
 
-def trainer_of(family: str, config: dict, batch_size: int):
-    """The single-rank trainer of a stored workload (its stored config), on the CPU, seed 0."""
+def trainer_of(family: str, config: dict, batch_size: int, steps: int):
+    """The single-rank trainer of a stored workload (its stored config), on the CPU, seed 0, warmed up on its first
+    min(steps, 20) batches (the optimizer's state exists, the allocator's heap has grown); and those batch ids."""
     import torch
 
     from collectors.workloads.trainers import make_trainer, stored_config
 
-    return make_trainer(family, stored_config(family, config, batch_size), torch.device("cpu"))
+    trainer = make_trainer(family, stored_config(family, config, batch_size), torch.device("cpu"))
+    ids = list(range(min(steps, 20)))
+    trainer.prepare(ids)
+    for k in ids:
+        trainer.step(k)
+    return trainer, ids
 
 
 def measured_phases(family: str, config: dict, batch_size: int, steps: int) -> dict[str, tuple[float, float]]:
@@ -164,11 +170,7 @@ def measured_phases(family: str, config: dict, batch_size: int, steps: int) -> d
 
     import numpy as np
 
-    trainer = trainer_of(family, config, batch_size)
-    ids = list(range(min(steps, 20)))
-    trainer.prepare(ids)
-    for k in ids:
-        trainer.step(k)
+    trainer, ids = trainer_of(family, config, batch_size, steps)
     times: dict[str, list[float]] = defaultdict(list)
     for k in range(steps):
         batch = trainer.batches[ids[k % len(ids)]]

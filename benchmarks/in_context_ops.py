@@ -38,12 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from host_op_diagnosis import COMMANDS, runs, timeline, trainer_of  # noqa: E402
+from host_op_diagnosis import runs, timeline, trainer_of  # noqa: E402
 from pmdb_commands import emit, host_line  # noqa: E402
 
 GEMMS = ("linear", "addmm", "matmul", "bmm", "einsum", "mm", "baddbmm")
 PACE_EVERY = 20   # steps between two pace probes
-PROBES = """SELECT summary FROM collection_runs WHERE kind = 'ops' AND status = 'completed' AND platform = ?"""
 ALIASES = {"getitem": "index"}   # a torch function's name -> the aten name its trace op carries, where they differ
 
 
@@ -94,11 +93,7 @@ def measured_forward(config: dict, batch_size: int, steps: int) -> tuple[dict[bo
                 self.calls.append((short(getattr(func, "__name__", str(func))), (time.perf_counter_ns() - begun) / 1e3))
                 self.depth -= 1
 
-    trainer = trainer_of("transformer", config, batch_size)
-    ids = list(range(min(steps, 20)))
-    trainer.prepare(ids)
-    for k in ids:
-        trainer.step(k)
+    trainer, ids = trainer_of("transformer", config, batch_size, steps)
     calls: dict[bool, list[list[tuple[str, float]]]] = {True: [], False: []}
     forward: dict[bool, list[float]] = {True: [], False: []}
     pace: list[float] = []
@@ -121,12 +116,15 @@ def measured_forward(config: dict, batch_size: int, steps: int) -> tuple[dict[bo
     return calls, forward, pace
 
 
-def sweep_pace(home: Path, platform: str, log: list[str]) -> list[float]:
+def sweep_pace(home: Path, platform: str) -> list[float]:
     """The wake probe's back-to-back times (µs) the platform's op sweeps recorded."""
+    from pmdb.config import Workspace
+    from pmdb.store import Store
+    from simulator.memory_phase import sweep_summaries
     from simulator.wake_loss import read_probes
 
-    rows = COMMANDS.sql(home, PROBES.replace("?", "'" + platform.replace("'", "''") + "'"), log)
-    return [p["back_to_back_us"] for row in rows for p in read_probes(row["summary"])]
+    with Store.open(Workspace(home), read_only=True) as store:
+        return [p["back_to_back_us"] for summary in sweep_summaries(store, platform) for p in read_probes(summary)]
 
 
 def pace_line(now: list[float], then: list[float]) -> str:
@@ -231,7 +229,7 @@ def main() -> None:
                       f"mode {statistics.median(forward[True]) / 1e3:.2f} ms, eval mode "
                       f"{statistics.median(forward[False]) / 1e3:.2f} ms (medians; the timed calls sum to "
                       f"{sum(us for _, us in train) / 1e3:.2f} / {sum(us for _, us in evaluated) / 1e3:.2f} ms).", "",
-                      pace_line(pace, sweep_pace(home, run["platform"], log)), ""]
+                      pace_line(pace, sweep_pace(home, run["platform"])), ""]
             lines += op_lines(predicted, train, evaluated, opts.top)
             lines += gemm_lines(predicted, train, evaluated)
     emit("\n".join(lines), opts.out)

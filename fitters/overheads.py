@@ -269,10 +269,10 @@ def iqr_summary(samples: pd.DataFrame, keys: tuple[str, ...] = ("op_name", "kind
 def sized_summary(samples: pd.DataFrame) -> pd.DataFrame:
     """:func:`iqr_summary` per (op_name, kind, size_class) of the samples that carry a size class (CPU T2, T3,
     T5; migration 0020's overhead_sizes)."""
-    if "size_class" not in samples:
-        return iqr_summary(samples.iloc[:0].assign(size_class=0), ("op_name", "kind", "size_class"))
-    sized = samples[samples["size_class"].notna()].astype({"size_class": int})
-    return iqr_summary(sized, ("op_name", "kind", "size_class"))
+    keys = ("op_name", "kind", "size_class")
+    if "size_class" not in samples:   # a GPU platform's samples
+        return pd.DataFrame(columns=[*keys, "mean_us", "std_us", "count"])
+    return iqr_summary(samples[samples["size_class"].notna()].astype({"size_class": int}), keys)
 
 
 STEP, CALIBRATED, NONE = "unprofiled/profiled step", "back-to-back calibration", "none"
