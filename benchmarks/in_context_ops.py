@@ -32,7 +32,7 @@ import time
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -65,20 +65,19 @@ def predicted_forward(trace: dict) -> list[tuple[str, float, float]]:
     return ops[:len(ops) // iters] if iters > 1 else ops
 
 
-def measured_forward(config: dict, batch_size: int, steps: int) -> tuple[dict[bool, list[list[tuple[str, float]]]],
-                                                                          dict[bool, list[float]], list[float]]:
-    """Per mode (True: training), the forward's outermost torch calls of every step as (short name, µs), the
-    forward's own times (µs), and the wake probe's back-to-back time every PACE_EVERY steps (µs); ``steps`` steps,
-    the modes alternating."""
-    from collectors.wake_probe import read_wake
+def name_of(func: Any) -> str:
+    """A torch function's name as Python knows it ('linear', '__add__', '__get__')."""
+    return getattr(func, "__name__", str(func))
 
-    import torch
+
+def outermost_mode(record: Callable[[Any, tuple, dict, float], None]) -> Any:
+    """A :class:`torch.overrides.TorchFunctionMode` that runs every torch call and hands each outermost one to
+    ``record(func, args, kwargs, µs)`` once it returned (calls made inside it run unrecorded)."""
     from torch.overrides import TorchFunctionMode
 
-    class Clock(TorchFunctionMode):
+    class Outermost(TorchFunctionMode):
         def __init__(self) -> None:
             super().__init__()
-            self.calls: list[tuple[str, float]] = []
             self.depth = 0
 
         def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -90,8 +89,20 @@ def measured_forward(config: dict, batch_size: int, steps: int) -> tuple[dict[bo
             try:
                 return func(*args, **kwargs)
             finally:
-                self.calls.append((short(getattr(func, "__name__", str(func))), (time.perf_counter_ns() - begun) / 1e3))
+                record(func, args, kwargs, (time.perf_counter_ns() - begun) / 1e3)
                 self.depth -= 1
+
+    return Outermost()
+
+
+def measured_forward(config: dict, batch_size: int, steps: int) -> tuple[dict[bool, list[list[tuple[str, float]]]],
+                                                                          dict[bool, list[float]], list[float]]:
+    """Per mode (True: training), the forward's outermost torch calls of every step as (short name, µs), the
+    forward's own times (µs), and the wake probe's back-to-back time every PACE_EVERY steps (µs); ``steps`` steps,
+    the modes alternating."""
+    from collectors.wake_probe import read_wake
+
+    import torch
 
     trainer, ids = trainer_of("transformer", config, batch_size, steps)
     calls: dict[bool, list[list[tuple[str, float]]]] = {True: [], False: []}
@@ -104,14 +115,15 @@ def measured_forward(config: dict, batch_size: int, steps: int) -> tuple[dict[bo
         trainer.model.train(training)
         batch = trainer.batches[ids[k % len(ids)]]
         trainer.optimizer.zero_grad()
-        clock = Clock()
+        timed: list[tuple[str, float]] = []
+        clock = outermost_mode(lambda func, args, kwargs, us: timed.append((short(name_of(func)), us)))
         begun = time.perf_counter_ns()
         with clock:
             loss = trainer.model(**batch).loss
         forward[training].append((time.perf_counter_ns() - begun) / 1e3)
         loss.backward()
         trainer.optimizer.step()
-        calls[training].append(clock.calls)
+        calls[training].append(timed)
     trainer.model.train(True)
     return calls, forward, pace
 
@@ -189,49 +201,71 @@ def gemm_lines(predicted: list[tuple[str, float, float]], train: list[tuple[str,
     return lines + [""]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("workspace", type=Path, help="a pmdb workspace with predicted single-rank CPU transformer runs")
-    parser.add_argument("--steps", type=int, default=200, help="training steps per run, the modes alternating "
-                        "(default 200)")
-    parser.add_argument("--top", type=int, default=12, help="op names per run, the largest gaps first (default 12)")
-    parser.add_argument("--out", type=Path, help="append the tables to this Markdown file too")
-    opts = parser.parse_args()
-    if opts.steps < 2 or opts.top < 1:
-        print("in_context_ops: --steps must be at least 2 and --top at least 1", file=sys.stderr)
-        sys.exit(2)
+def transformer_runs(home: Path, log: list[str]) -> Iterator[tuple[dict, dict, int]]:
+    """(run row, its stored config, its trace set) of each single-rank CPU transformer run of a workspace with a
+    model-mode prediction (not the shape-only captures of the GPU what-if)."""
+    for run in runs(home, log):
+        if run["family"] != "transformer" or not run["predicted_us"]:
+            continue
+        config = json.loads(run["config"])
+        if "arch" in config:
+            yield run, config, int(run["trace_set_id"])
+
+
+def predicted_transformer_runs(home: Path, log: list[str]) -> Iterator[tuple[dict, dict, int,
+                                                                               list[tuple[str, float, float]]]]:
+    """:func:`transformer_runs` with each run's predicted forward (:func:`predicted_forward` of its exported
+    timeline)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for run, config, ts in transformer_runs(home, log):
+            yield run, config, ts, predicted_forward(timeline(home, ts, Path(tmp) / f"ts{ts}.json", log))
+
+
+def begin(program: str, doc: str, count: str, default: int, count_help: str, title: str,
+          what: str) -> tuple[argparse.Namespace, list[str]]:
+    """Parse the arguments both forward diagnoses take (the workspace, ``--<count>`` of at least 2, ``--top`` op
+    names, ``--out`` Markdown file; exit 2 with one line where a count is out of range), set the process up to time
+    as `collect workload` does (one thread, pmdb's allocator settings): the options, and the report's title and host
+    lines (``what``: a format string of the options)."""
     import torch
 
     from collectors.workloads.allocator import apply_in_process
 
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("workspace", type=Path, help="a pmdb workspace with predicted single-rank CPU transformer runs")
+    parser.add_argument(f"--{count}", type=int, default=default, help=f"{count_help} (default {default})")
+    parser.add_argument("--top", type=int, default=12, help="op names per run, the largest first (default 12)")
+    parser.add_argument("--out", type=Path, help="append the tables to this Markdown file too")
+    opts = parser.parse_args()
+    if getattr(opts, count) < 2 or opts.top < 1:
+        print(f"{program}: --{count} must be at least 2 and --top at least 1", file=sys.stderr)
+        sys.exit(2)
     apply_in_process()
     torch.set_num_threads(1)
+    return opts, [f"{title} — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
+                  f"Host: {host_line()}; load average {os.getloadavg()[0]:.2f} at start; workspace "
+                  f"`{opts.workspace}`; {what.format(**vars(opts))}", ""]
+
+
+def main() -> None:
+    opts, lines = begin("in_context_ops", __doc__, "steps", 200, "training steps per run, the modes alternating",
+                        "# The forward's ops inside the step, unprofiled",
+                        "{steps} steps per run, training and eval mode alternating; medians per call.")
     home = opts.workspace.resolve()
-    lines = [f"# The forward's ops inside the step, unprofiled — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
-             f"Host: {host_line()}; load average {os.getloadavg()[0]:.2f} at start; workspace `{opts.workspace}`; "
-             f"{opts.steps} steps per run, training and eval mode alternating; medians per call.", ""]
     log: list[str] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for run in runs(home, log):
-            if run["family"] != "transformer" or not run["predicted_us"]:
-                continue
-            config = json.loads(run["config"])
-            if "arch" not in config:     # a shape-only capture (the GPU what-if's), not a CPU trainer
-                continue
-            ts = int(run["trace_set_id"])
-            predicted = predicted_forward(timeline(home, ts, Path(tmp) / f"ts{ts}.json", log))
-            calls, forward, pace = measured_forward(config, int(run["batch_size"]), opts.steps)
-            train, evaluated = per_call_medians(calls[True]), per_call_medians(calls[False])
-            priced = sum(us + t1 for _, us, t1 in predicted)
-            lines += [f"## {run['workload']} b{run['batch_size']} (trace set {ts}, {run['platform']})", "",
-                      f"Forward + loss: predicted {priced / 1e3:.2f} ms (op prices "
-                      f"{sum(us for _, us, _ in predicted) / 1e3:.2f} + T1); in the step, unprofiled, training "
-                      f"mode {statistics.median(forward[True]) / 1e3:.2f} ms, eval mode "
-                      f"{statistics.median(forward[False]) / 1e3:.2f} ms (medians; the timed calls sum to "
-                      f"{sum(us for _, us in train) / 1e3:.2f} / {sum(us for _, us in evaluated) / 1e3:.2f} ms).", "",
-                      pace_line(pace, sweep_pace(home, run["platform"])), ""]
-            lines += op_lines(predicted, train, evaluated, opts.top)
-            lines += gemm_lines(predicted, train, evaluated)
+    for run, config, ts, predicted in predicted_transformer_runs(home, log):
+        calls, forward, pace = measured_forward(config, int(run["batch_size"]), opts.steps)
+        train, evaluated = per_call_medians(calls[True]), per_call_medians(calls[False])
+        priced = sum(us + t1 for _, us, t1 in predicted)
+        lines += [f"## {run['workload']} b{run['batch_size']} (trace set {ts}, {run['platform']})", "",
+                  f"Forward + loss: predicted {priced / 1e3:.2f} ms (op prices "
+                  f"{sum(us for _, us, _ in predicted) / 1e3:.2f} + T1); in the step, unprofiled, training "
+                  f"mode {statistics.median(forward[True]) / 1e3:.2f} ms, eval mode "
+                  f"{statistics.median(forward[False]) / 1e3:.2f} ms (medians; the timed calls sum to "
+                  f"{sum(us for _, us in train) / 1e3:.2f} / {sum(us for _, us in evaluated) / 1e3:.2f} ms).", "",
+                  pace_line(pace, sweep_pace(home, run["platform"])), ""]
+        lines += op_lines(predicted, train, evaluated, opts.top)
+        lines += gemm_lines(predicted, train, evaluated)
     emit("\n".join(lines), opts.out)
 
 

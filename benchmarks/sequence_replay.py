@@ -1,0 +1,294 @@
+"""The forward's calls replayed outside the model: how much of an op's in-step time each cache state explains (µs).
+
+Diagnosis for #36: `in_context_ops.py` found the forward's ops 1.5-3x their prices inside the step.
+This takes one training step's forward + loss apart. Its top-level torch calls are recorded once (a
+:class:`torch.overrides.TorchFunctionMode`; the real tensors and arguments), after the trainer's warm-up, then timed:
+
+* **real**: the model's own forward + loss, unprofiled, one step after another (training mode: dropout on);
+* **in sequence**: the recorded calls replayed back to back in program order, without the modules' Python between
+  them, each call timed; the outputs are kept until the replay ends, as autograd keeps a step's activations;
+* **alone**: each call by itself in four states, alternating call by call:
+  1. *warm*: right after an untimed call of its own (its operands, its output's buffer and its code in cache);
+  2. *inputs flushed*: pmdb's cold state (`collectors.ops.timer`): the operands' lines evicted
+     (:mod:`collectors.ops.cache_evict`), then the dispatch path re-warmed on 4-element tensors;
+  3. *+ output flushed*: the buffer the previous call's output sat in evicted too (the allocator hands it out again);
+  4. *+ code cold*: as 3, but ~28 distinct tiny ops (sin, sort, conv1d, embedding, ...) run instead of the re-warm, so
+     the dispatch path is warm and the op's own kernel code is not, as after the other ops of a layer.
+
+Each round runs one real step, one replay and every call alone once per state, so the host's slow and fast phases
+(`host_two_speeds_*.md`) fall on all of them alike; medians over the rounds. What the states do not reach (in
+sequence minus state 4) follows from the order of the ops themselves: a GEMM right after a stretch of elementwise or
+scalar work (the host's vector wake-up, `vector_idle_*.md`), predictors trained on the
+previous op. Real minus in sequence is the modules' Python between the calls. Per single-rank transformer run of a
+workspace (its stored config) with a model-mode prediction: the sums per state, per op name beside the predicted
+price (the exported timeline's top-level forward ops), and the GEMMs call by call.
+
+Diagnosis only: nothing is fitted on it and no prediction rule is chosen by it. One thread, pmdb's allocator
+settings (as `collect workload`). Replaying re-runs in-place calls on the recorded tensors (their values drift,
+their sizes do not). Each timeline export stores one more prediction in the workspace.
+
+    .venv/bin/python benchmarks/sequence_replay.py pmdb-workspace [--rounds 40] [--out FILE.md (appended to)]
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+from host_op_diagnosis import trainer_of  # noqa: E402
+from in_context_ops import GEMMS, begin, name_of, outermost_mode, predicted_transformer_runs, short  # noqa: E402
+from pmdb_commands import emit  # noqa: E402
+
+STATES = ("warm", "inputs flushed", "+ output flushed", "+ code cold")
+
+
+class Call:
+    """One recorded top-level torch call: the function, its real arguments, its short name."""
+
+    __slots__ = ("func", "args", "kwargs", "name")
+
+    def __init__(self, func: Any, args: tuple, kwargs: dict, name: str) -> None:
+        self.func, self.args, self.kwargs, self.name = func, args, kwargs, name
+
+    def __call__(self) -> Any:
+        return self.func(*self.args, **self.kwargs)
+
+
+def record_forward(run_forward: Callable[[], Any]) -> tuple[list[Call], Any]:
+    """The outermost torch calls ``run_forward`` makes, in order (nested calls run untimed inside them), and what it
+    returned."""
+    calls: list[Call] = []
+    with outermost_mode(lambda func, args, kwargs, us: calls.append(Call(func, args, kwargs, short(name_of(func))))):
+        result = run_forward()
+    return calls, result
+
+
+def replay_once(calls: list[Call]) -> tuple[list[float], float]:
+    """The calls replayed back to back once, outputs kept until the replay ends: (each call's µs, the total µs)."""
+    per: list[float] = []
+    outs = []
+    begun = time.perf_counter_ns()
+    for call in calls:
+        start = time.perf_counter_ns()
+        outs.append(call())
+        per.append((time.perf_counter_ns() - start) / 1e3)
+    total = (time.perf_counter_ns() - begun) / 1e3
+    del outs
+    return per, total
+
+
+def _storages(value: Any) -> list[tuple[int, int]]:
+    """(address, bytes) of the CPU tensors a call returned (a tensor, or a tuple or list of them)."""
+    import torch
+
+    items = value if isinstance(value, (tuple, list)) else [value]
+    out = []
+    for t in items:
+        if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.numel():
+            storage = t.untyped_storage()
+            out.append((storage.data_ptr(), storage.nbytes()))
+    return out
+
+
+def tiny_ops() -> list[Callable[[], Any]]:
+    """~28 distinct ops on 8-element tensors: they run the dispatch path and push other ops' kernel code out of the
+    instruction caches, while touching almost no data."""
+    import torch
+    import torch.nn.functional as F
+
+    t = torch.rand(8, 8) + 0.5
+    i = torch.randint(0, 8, (8,))
+    c, k = torch.rand(1, 2, 8), torch.rand(2, 2, 3)
+    return [t.sin, t.cos, t.exp, t.log, lambda: t.softmax(-1), lambda: t.cumsum(0), t.sort, lambda: t.topk(2),
+            lambda: F.conv1d(c, k), t.sigmoid, t.tanh, t.erf, t.sqrt, lambda: t[i], lambda: t.max(0), t.argmax,
+            lambda: torch.cat([t, t]), t.norm, lambda: t.var(0), lambda: t.t().contiguous(),
+            lambda: t.clamp(0.1, 0.9), lambda: t.pow(3), lambda: t.where(t > 0.7, 0.0),
+            lambda: F.layer_norm(t, (8,)), lambda: F.gelu(t), lambda: t @ t, lambda: F.embedding(i, t),
+            lambda: F.dropout(t, 0.1)]
+
+
+class Alone:
+    """Each call by itself in every state of :data:`STATES` (only ``warm`` without the eviction helper): one
+    :meth:`round` times every call once per state, the states alternating call by call."""
+
+    def __init__(self, calls: list[Call]) -> None:
+        import torch
+
+        from collectors.ops import cache_evict
+
+        self.calls = calls
+        self.evictor = cache_evict.load()
+        self.states = STATES if self.evictor is not None else STATES[:1]
+        self.operands = [cache_evict.operand_ranges(c.args, c.kwargs) if self.evictor is not None else []
+                         for c in calls]
+        self.last: list[list[tuple[int, int]]] = []
+        for call in calls:
+            out = call()
+            self.last.append(_storages(out))
+            del out
+        self.vec, self.mat = torch.ones(4, requires_grad=True), torch.ones(4, 4, requires_grad=True)
+        self.scatter = tiny_ops()
+
+    def rewarm(self) -> None:
+        """What :meth:`collectors.ops.timer.CacheFlusher.rewarm` runs after a flush."""
+        import torch
+
+        out = torch.nn.functional.linear(self.mat, self.mat).relu().add(self.vec).mul(self.vec).sum()
+        torch.autograd.grad(out, (self.vec,))
+
+    def scattered(self) -> None:
+        for op in self.scatter:
+            op()
+
+    def round(self) -> dict[str, list[float]]:
+        """{state: each call's µs}, one call per state and recorded call."""
+        times: dict[str, list[float]] = {state: [] for state in self.states}
+        for k, call in enumerate(self.calls):
+            for state in self.states:
+                if state == "warm":            # just run: its operands, output buffer and code in cache
+                    out = call()
+                    del out
+                else:
+                    self.evictor.evict(self.operands[k])
+                    if state != "inputs flushed":
+                        self.evictor.evict(self.last[k])
+                    (self.scattered if state == "+ code cold" else self.rewarm)()
+                start = time.perf_counter_ns()
+                out = call()
+                times[state].append((time.perf_counter_ns() - start) / 1e3)
+                self.last[k] = _storages(out)
+                del out
+        return times
+
+
+def real_forward(trainer: Any, ids: list[int], steps: int) -> list[float]:
+    """The model's forward + loss (µs) over ``steps`` whole training steps, each timed apart."""
+    times = []
+    for k in range(steps):
+        batch = trainer.batches[ids[k % len(ids)]]
+        trainer.optimizer.zero_grad()
+        begun = time.perf_counter_ns()
+        loss = trainer.model(**batch).loss
+        times.append((time.perf_counter_ns() - begun) / 1e3)
+        loss.backward()
+        trainer.optimizer.step()
+    return times
+
+
+def state_lines(real: list[float], totals: list[float], sequence: list[float],
+                medians: dict[str, list[float]]) -> list[str]:
+    """Sums per state (ms), against warm, with the share of the warm-to-sequence gap each state closes."""
+    seq = sum(sequence)
+    warm = sum(medians["warm"])
+    lines = ["| how the calls ran | ms | x warm | share of the gap warm -> in sequence closed |", "|---|---|---|---|"]
+    for state, values in medians.items():
+        total = sum(values)
+        share = (total - warm) / (seq - warm) if seq > warm else float("nan")
+        lines.append(f"| alone, {state} (sum of per-call medians) | {total / 1e3:.2f} | x{total / warm:.2f} | "
+                     f"{share:.0%} |")
+    lines.append(f"| in sequence (sum of per-call medians) | {seq / 1e3:.2f} | x{seq / warm:.2f} | 100% |")
+    lines.append(f"| in sequence (whole replay, median of {len(totals)}) | {statistics.median(totals) / 1e3:.2f} | "
+                 f"x{statistics.median(totals) / warm:.2f} | - |")
+    lines.append(f"| the real forward + loss (median of {len(real)}) | {statistics.median(real) / 1e3:.2f} | "
+                 f"x{statistics.median(real) / warm:.2f} | - |")
+    return lines + [""]
+
+
+def op_lines(calls: list[Call], sequence: list[float], medians: dict[str, list[float]],
+             predicted: list[tuple[str, float, float]], top: int) -> list[str]:
+    """Per op name, the largest in-sequence times first: calls, predicted price, each state's sum, in sequence."""
+    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for k, call in enumerate(calls):
+        row = sums[call.name]
+        row["calls"] += 1
+        row["seq"] += sequence[k]
+        for state, values in medians.items():
+            row[state] += values[k]
+    for name, us, _ in predicted:
+        sums[name]["predicted"] += us
+    states = list(medians)
+    lines = ["| op | calls | predicted µs | " + " | ".join(f"{s} µs" for s in states) + " | in sequence µs | "
+             "in sequence / last state |", "|---|---|---|" + "---|" * len(states) + "---|---|"]
+    ranked = sorted((kv for kv in sums.items() if kv[1]["calls"]), key=lambda kv: -kv[1]["seq"])[:top]
+    for name, row in ranked:
+        last = row[states[-1]]
+        lines.append(f"| {name} | {row['calls']:.0f} | {row['predicted']:.0f} | "
+                     + " | ".join(f"{row[s]:.0f}" for s in states)
+                     + f" | {row['seq']:.0f} | " + (f"x{row['seq'] / last:.2f}" if last > 0 else "-") + " |")
+    return lines + [""]
+
+
+def gemm_lines(calls: list[Call], sequence: list[float], medians: dict[str, list[float]]) -> list[str]:
+    """The GEMMs call by call: the last state's time, in sequence, and the calls since the previous GEMM."""
+    last_state = list(medians)[-1]
+    lines = [f"| # | GEMM | {last_state} µs | in sequence µs | difference µs | in-sequence µs of the calls since "
+             "the previous GEMM |", "|---|---|---|---|---|---|"]
+    since, n = 0.0, 0
+    for k, call in enumerate(calls):
+        if call.name in GEMMS:
+            a, s = medians[last_state][k], sequence[k]
+            lines.append(f"| {n} | {call.name} | {a:.0f} | {s:.0f} | {s - a:+.0f} | {since:.0f} |")
+            since, n = 0.0, n + 1
+        else:
+            since += sequence[k]
+    return lines + [""]
+
+
+def measure_run(config: dict, batch_size: int, rounds: int) -> tuple[list[Call], list[float], list[float],
+                                                                      list[float], dict[str, list[float]]]:
+    """(calls, real forward µs per step, replay totals µs, in-sequence per-call medians µs, alone per-call medians
+    per state) of one stored transformer config in training mode. Each round runs one real step, one replay and one
+    :meth:`Alone.round`, so the host's slow and fast phases fall on all of them alike."""
+    trainer, ids = trainer_of("transformer", config, batch_size, rounds)
+    trainer.model.train(True)
+    batch = trainer.batches[ids[0]]
+    trainer.optimizer.zero_grad()
+    calls, loss = record_forward(lambda: trainer.model(**batch).loss)
+    loss.backward()
+    trainer.optimizer.step()
+    alone = Alone(calls)
+    real: list[float] = []
+    totals: list[float] = []
+    per: list[list[float]] = []
+    states: dict[str, list[list[float]]] = {state: [] for state in alone.states}
+    for k in range(rounds):
+        real += real_forward(trainer, ids[k % len(ids):] + ids[:k % len(ids)], 1)
+        times, total = replay_once(calls)
+        per.append(times)
+        totals.append(total)
+        for state, values in alone.round().items():
+            states[state].append(values)
+    column = (lambda rows: [statistics.median(r[i] for r in rows) for i in range(len(calls))])
+    return calls, real, totals, column(per), {state: column(rows) for state, rows in states.items()}
+
+
+def main() -> None:
+    opts, lines = begin("sequence_replay", __doc__, "rounds", 40, "rounds per run: a real step, a replay in "
+                        "sequence, each call alone once per state", "## The forward's calls replayed",
+                        "{rounds} rounds per run (a real step, a replay, each call alone once per state); training "
+                        "mode; medians over the rounds.")
+    home = opts.workspace.resolve()
+    log: list[str] = []
+    for run, config, ts, predicted in predicted_transformer_runs(home, log):
+        calls, real, totals, sequence, medians = measure_run(config, int(run["batch_size"]), opts.rounds)
+        priced = sum(us + t1 for _, us, t1 in predicted)
+        lines += [f"### {run['workload']} b{run['batch_size']} (trace set {ts}, {run['platform']})", "",
+                  f"{len(calls)} top-level calls. Predicted forward + loss {priced / 1e3:.2f} ms (op prices "
+                  f"{sum(us for _, us, _ in predicted) / 1e3:.2f} ms + T1).", ""]
+        lines += state_lines(real, totals, sequence, medians)
+        lines += op_lines(calls, sequence, medians, predicted, opts.top)
+        lines += gemm_lines(calls, sequence, medians)
+        print(f"sequence_replay: {run['workload']} done ({os.getloadavg()[0]:.2f} load)", file=sys.stderr)
+    emit("\n".join(lines), opts.out)
+
+
+if __name__ == "__main__":
+    main()

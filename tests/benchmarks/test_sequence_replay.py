@@ -1,0 +1,90 @@
+"""benchmarks/sequence_replay.py: a real (tiny) forward recorded call by call, replayed faithfully, timed alone in
+every cache state, and the tables built from those times."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import load_benchmark
+
+
+def _module():
+    return load_benchmark("sequence_replay")
+
+
+@pytest.fixture(scope="module")
+def bert():
+    """A 1-layer bert trainer of the quickstart's kind, warmed up, in eval mode (no random draws)."""
+    from collectors.workloads.allocator import apply_in_process
+
+    apply_in_process()
+    sr = _module()
+    config = {"arch": "bert", "head": "auto", "heads": 2, "hidden": 32, "layers": 1, "lr": 1e-4, "overrides": {},
+              "seq_len": 16}
+    trainer, ids = sr.trainer_of("transformer", config, 2, 3)
+    return sr, trainer, ids
+
+
+def test_the_recorded_calls_replay_to_the_same_loss(bert):
+    sr, trainer, ids = bert
+    trainer.model.train(False)
+    batch = trainer.batches[ids[0]]
+    with torch.no_grad():
+        calls, loss = sr.record_forward(lambda: trainer.model(**batch).loss)
+        replayed = [call() for call in calls]
+    names = [call.name for call in calls]
+    assert "linear" in names and "layer_norm" in names and "embedding" in names
+    final = [out for out in replayed if isinstance(out, torch.Tensor) and out.dim() == 0]
+    assert final and torch.equal(final[-1], loss)      # the loss, recomputed by the last scalar call from its arguments
+
+
+def test_each_call_is_timed_in_sequence_and_alone_in_every_state(bert):
+    sr, trainer, ids = bert
+    trainer.model.train(True)
+    batch = trainer.batches[ids[0]]
+    calls, loss = sr.record_forward(lambda: trainer.model(**batch).loss)
+    loss.backward()
+    sequence, total = sr.replay_once(calls)
+    assert len(sequence) == len(calls) and all(us > 0 for us in sequence) and total >= sum(sequence)
+    times = sr.Alone(calls).round()
+    from collectors.ops import cache_evict
+
+    states = sr.STATES if cache_evict.load() is not None else sr.STATES[:1]
+    assert list(times) == list(states)
+    assert all(len(values) == len(calls) and all(us > 0 for us in values) for values in times.values())
+    real = sr.real_forward(trainer, ids, 2)
+    assert len(real) == 2 and all(us > 0 for us in real)
+    lines = sr.state_lines(real, [total], sequence, times)
+    assert lines[2].startswith("| alone, warm (sum of per-call medians) |") and "| x1.00 | 0% |" in lines[2]
+    assert any(line.startswith("| the real forward + loss (median of 2) |") for line in lines)
+
+
+def test_the_op_table_sums_calls_per_name_beside_the_predicted_price():
+    sr = _module()
+    calls = [sr.Call(None, (), {}, "linear"), sr.Call(None, (), {}, "add"), sr.Call(None, (), {}, "linear")]
+    sequence = [100.0, 30.0, 120.0]
+    medians = {"warm": [40.0, 5.0, 50.0], "+ code cold": [80.0, 20.0, 70.0]}
+    predicted = [("linear", 60.0, 5.0), ("add", 10.0, 2.0), ("linear", 60.0, 5.0)]
+    lines = sr.op_lines(calls, sequence, medians, predicted, top=5)
+    assert lines[0] == ("| op | calls | predicted µs | warm µs | + code cold µs | in sequence µs | in sequence / "
+                        "last state |")
+    assert lines[2] == "| linear | 2 | 120 | 90 | 150 | 220 | x1.47 |"
+    assert lines[3] == "| add | 1 | 10 | 5 | 20 | 30 | x1.50 |"
+
+
+def test_each_gemm_row_carries_the_in_sequence_time_since_the_previous_gemm():
+    sr = _module()
+    calls = [sr.Call(None, (), {}, n) for n in ("linear", "dropout", "add", "linear")]
+    lines = sr.gemm_lines(calls, [50.0, 400.0, 20.0, 260.0], {"warm": [1.0] * 4, "+ code cold": [45.0, 0, 0, 90.0]})
+    assert lines[2] == "| 0 | linear | 45 | 50 | +5 | 0 |"
+    assert lines[3] == "| 1 | linear | 90 | 260 | +170 | 420 |"
+
+
+def test_a_run_interleaves_real_steps_replays_and_calls_alone(bert):
+    sr, trainer, ids = bert
+    config = {"arch": "gpt2", "head": "auto", "heads": 2, "hidden": 32, "layers": 1, "lr": 1e-4, "overrides": {},
+              "seq_len": 16}
+    calls, real, totals, sequence, medians = sr.measure_run(config, 2, 3)
+    assert len(real) == len(totals) == 3 and len(sequence) == len(calls)
+    assert "addmm" in [call.name for call in calls] and "dropout" in [call.name for call in calls]
+    assert all(len(values) == len(calls) for values in medians.values())
