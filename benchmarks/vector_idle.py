@@ -19,6 +19,10 @@ one thread, pmdb's allocator settings:
    512³ GEMMs, right after a 2 ms spin, and right after 20 in-place adds over 1 MiB (vector, not matrix, work),
    interleaved: a core that lowers its clock for wide vector instructions keeps the lower clock for a while after
    them, and code that runs then is slower.
+5. **Which work puts it to sleep**: the part-1 linear (512x64 -> 256) timed right after :data:`KIND_US` µs of
+   one kind of work — a pure-Python spin, elementwise adds, copies, dropout, layer_norm, mul/add/tanh, a 256³ GEMM,
+   a GEMM then the spin — the kinds interleaved in a seeded random order, each after three untimed calls of the
+   linear: which of a step's ops leave the next GEMM slow.
 
     .venv/bin/python benchmarks/vector_idle.py [--reps 200] [--steps 200] [--out FILE.md]
 """
@@ -45,6 +49,7 @@ GAPS_US = (0, 100, 200, 400, 600, 800, 1600)
 WARM_CALLS = 3
 RECOVERY_CALLS = 8
 RECOVERY_GAP_US = 2000
+KIND_US = 900      # part 5: µs of each kind of work before the timed linear (gpt2's gelu stretch is ~900 µs)
 
 
 def ops() -> dict[str, Callable[[], object]]:
@@ -109,6 +114,47 @@ def scalar_after(reps: int) -> dict[str, float]:
     return {name: statistics.median(v) for name, v in times.items()}
 
 
+def for_us(fn: Callable[[], object], us: float) -> None:
+    """Call ``fn`` until ``us`` µs have passed."""
+    end = time.perf_counter_ns() + int(us * 1e3)
+    while time.perf_counter_ns() < end:
+        fn()
+
+
+def kinds_before(reps: int, seed: int = 0) -> dict[str, float]:
+    """Part 5: median µs of the part-1 linear right after :data:`KIND_US` µs of each kind of work."""
+    import random
+
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    x, w, b = (torch.randn(512, 64, generator=gen), torch.randn(256, 64, generator=gen),
+               torch.randn(256, generator=gen))
+    e, e2 = torch.randn(8, 64, 256, generator=gen), torch.randn(8, 64, 256, generator=gen)
+    g1, g2 = torch.randn(256, 256, generator=gen), torch.randn(256, 256, generator=gen)
+    kinds: dict[str, Callable[[], object]] = {
+        "nothing (back to back)": lambda: None,
+        "a pure-Python spin": lambda: spin(KIND_US),
+        "adds (8x64x256)": lambda: for_us(lambda: e + e2, KIND_US),
+        "copies (clone)": lambda: for_us(e.clone, KIND_US),
+        "dropout": lambda: for_us(lambda: F.dropout(e, 0.1, True), KIND_US),
+        "layer_norm": lambda: for_us(lambda: F.layer_norm(e, (256,)), KIND_US),
+        "mul, add, tanh": lambda: for_us(lambda: torch.tanh(e * e2 + 1.0), KIND_US),
+        "256³ GEMMs": lambda: for_us(lambda: g1 @ g2, KIND_US),
+        "GEMMs (300 µs), then the spin": lambda: (for_us(lambda: g1 @ g2, 300), spin(KIND_US))}
+    times: dict[str, list[float]] = {name: [] for name in kinds}
+    order = list(kinds)
+    rng = random.Random(seed)
+    for _ in range(reps):
+        rng.shuffle(order)
+        for name in order:
+            for _ in range(WARM_CALLS):
+                F.linear(x, w, b)
+            kinds[name]()
+            times[name].append(timed_us(lambda: F.linear(x, w, b)))
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
 def in_step(steps: int) -> dict[str, dict[str, float]]:
     """Part 3: median µs per mode ('train', 'eval') of the forward, backward and optimizer step and of the layers'
     feed-forward up-projection."""
@@ -149,8 +195,9 @@ def in_step(steps: int) -> dict[str, dict[str, float]]:
 
 
 def report(gaps: dict[str, dict[int, float]], recovered: dict[str, list[float]], step: dict[str, dict[str, float]],
-           started: datetime, reps: int, steps: int, scalar: dict[str, float] | None = None) -> str:
-    """The Markdown text of the three parts."""
+           started: datetime, reps: int, steps: int, scalar: dict[str, float] | None = None,
+           kinds: dict[str, float] | None = None) -> str:
+    """The Markdown text of the parts."""
     lines = [f"# An op right after scalar work — {started:%Y-%m-%d %H:%M} UTC", "",
              f"Host: {host_line()}; torch {torch.__version__} (ATen CPU capability "
              f"{torch.backends.cpu.get_cpu_capability()}), one thread (`benchmarks/vector_idle.py`).", "",
@@ -174,6 +221,11 @@ def report(gaps: dict[str, dict[int, float]], recovered: dict[str, list[float]],
         lines += ["", "## 4. Scalar work right after (median µs; ratio to after the spin)", "",
                   "| right after | µs | ratio |", "|---|---|---|"]
         lines += [f"| {name} | {us:.0f} | x{us / base:.2f} |" for name, us in scalar.items()]
+    if kinds:
+        base = next(iter(kinds.values()))
+        lines += ["", f"## 5. The linear 512x64 -> 256 right after {KIND_US} µs of each kind of work (median µs; "
+                  "ratio to back to back)", "", "| right after | µs | ratio |", "|---|---|---|"]
+        lines += [f"| {name} | {us:.0f} | x{us / base:.2f} |" for name, us in kinds.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -195,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     gaps = {name: after_gaps(fn, GAPS_US, args.reps) for name, fn in timed.items()}
     recovered = {name: recovery(fn, RECOVERY_CALLS, max(10, args.reps // 4)) for name, fn in timed.items()}
     text = report(gaps, recovered, in_step(args.steps), started, args.reps, args.steps,
-                  scalar_after(max(20, args.reps // 2)))
+                  scalar_after(max(20, args.reps // 2)), kinds_before(max(20, args.reps // 2)))
     emit(text, args.out)
     return 0
 

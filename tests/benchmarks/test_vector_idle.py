@@ -52,3 +52,17 @@ def test_scalar_work_after_each_kind_of_work_and_its_table():
     text = bench.report({}, {}, {}, bench.datetime(2026, 1, 1), 1, 2,
                         {"three 512³ GEMMs": 125.0, "a 2 ms spin": 100.0})
     assert "| three 512³ GEMMs | 125 | x1.25 |" in text and "| a 2 ms spin | 100 | x1.00 |" in text
+
+
+def test_a_linear_after_each_kind_of_work_and_its_table():
+    bench = load_benchmark("vector_idle")
+    start = time.perf_counter_ns()
+    bench.for_us(lambda: None, 500)
+    assert (time.perf_counter_ns() - start) / 1e3 >= 500
+    times = bench.kinds_before(1)
+    assert list(times)[0] == "nothing (back to back)" and "256³ GEMMs" in times and "dropout" in times
+    assert all(0 < us < 1e6 for us in times.values())
+    text = bench.report({}, {}, {}, bench.datetime(2026, 1, 1), 1, 2,
+                        kinds={"nothing (back to back)": 160.0, "a pure-Python spin": 480.0})
+    assert f"## 5. The linear 512x64 -> 256 right after {bench.KIND_US} µs" in text
+    assert "| a pure-Python spin | 480 | x3.00 |" in text and "| nothing (back to back) | 160 | x1.00 |" in text
