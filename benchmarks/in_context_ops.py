@@ -201,23 +201,24 @@ def gemm_lines(predicted: list[tuple[str, float, float]], train: list[tuple[str,
     return lines + [""]
 
 
-def transformer_runs(home: Path, log: list[str]) -> Iterator[tuple[dict, dict, int]]:
-    """(run row, its stored config, its trace set) of each single-rank CPU transformer run of a workspace with a
-    model-mode prediction (not the shape-only captures of the GPU what-if)."""
+def trainer_runs(home: Path, log: list[str], families: tuple[str, ...] = ("transformer",)) -> Iterator[
+        tuple[dict, dict, int]]:
+    """(run row, its stored config, its trace set) of each single-rank CPU run of ``families`` in a workspace with a
+    model-mode prediction, whose trainer can be rebuilt (not the shape-only captures of the GPU what-if)."""
     for run in runs(home, log):
-        if run["family"] != "transformer" or not run["predicted_us"]:
+        if run["family"] not in families or not run["predicted_us"]:
             continue
         config = json.loads(run["config"])
-        if "arch" in config:
+        if run["family"] != "transformer" or "arch" in config:
             yield run, config, int(run["trace_set_id"])
 
 
-def predicted_transformer_runs(home: Path, log: list[str]) -> Iterator[tuple[dict, dict, int,
-                                                                               list[tuple[str, float, float]]]]:
-    """:func:`transformer_runs` with each run's predicted forward (:func:`predicted_forward` of its exported
+def predicted_runs(home: Path, log: list[str], families: tuple[str, ...] = ("transformer",)) -> Iterator[
+        tuple[dict, dict, int, list[tuple[str, float, float]]]]:
+    """:func:`trainer_runs` with each run's predicted forward (:func:`predicted_forward` of its exported
     timeline)."""
     with tempfile.TemporaryDirectory() as tmp:
-        for run, config, ts in transformer_runs(home, log):
+        for run, config, ts in trainer_runs(home, log, families):
             yield run, config, ts, predicted_forward(timeline(home, ts, Path(tmp) / f"ts{ts}.json", log))
 
 
@@ -232,7 +233,7 @@ def begin(program: str, doc: str, count: str, default: int, count_help: str, tit
     from collectors.workloads.allocator import apply_in_process
 
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("workspace", type=Path, help="a pmdb workspace with predicted single-rank CPU transformer runs")
+    parser.add_argument("workspace", type=Path, help="a pmdb workspace with predicted single-rank CPU runs")
     parser.add_argument(f"--{count}", type=int, default=default, help=f"{count_help} (default {default})")
     parser.add_argument("--top", type=int, default=12, help="op names per run, the largest first (default 12)")
     parser.add_argument("--out", type=Path, help="append the tables to this Markdown file too")
@@ -253,7 +254,7 @@ def main() -> None:
                         "{steps} steps per run, training and eval mode alternating; medians per call.")
     home = opts.workspace.resolve()
     log: list[str] = []
-    for run, config, ts, predicted in predicted_transformer_runs(home, log):
+    for run, config, ts, predicted in predicted_runs(home, log):
         calls, forward, pace = measured_forward(config, int(run["batch_size"]), opts.steps)
         train, evaluated = per_call_medians(calls[True]), per_call_medians(calls[False])
         priced = sum(us + t1 for _, us, t1 in predicted)

@@ -19,9 +19,9 @@ Each round runs one real step, one replay and every call alone once per state, s
 (`host_two_speeds_*.md`) fall on all of them alike; medians over the rounds. What the states do not reach (in
 sequence minus state 4) follows from the order of the ops themselves: a GEMM right after a stretch of elementwise or
 scalar work (the host's vector wake-up, `vector_idle_*.md`), predictors trained on the
-previous op. Real minus in sequence is the modules' Python between the calls. Per single-rank transformer run of a
-workspace (its stored config) with a model-mode prediction: the sums per state, per op name beside the predicted
-price (the exported timeline's top-level forward ops), and the GEMMs call by call.
+previous op. Real minus in sequence is the modules' Python between the calls. Per single-rank transformer or DLRM
+run of a workspace (its stored config) with a model-mode prediction: the sums per state, per op name beside the
+predicted price (the exported timeline's top-level forward ops), and the GEMMs call by call.
 
 Diagnosis only: nothing is fitted on it and no prediction rule is chosen by it. One thread, pmdb's allocator
 settings (as `collect workload`). Replaying re-runs in-place calls on the recorded tensors (their values drift,
@@ -44,10 +44,18 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 from host_op_diagnosis import trainer_of  # noqa: E402
-from in_context_ops import GEMMS, begin, name_of, outermost_mode, predicted_transformer_runs, short  # noqa: E402
+from in_context_ops import GEMMS, begin, name_of, outermost_mode, predicted_runs, short  # noqa: E402
 from pmdb_commands import emit  # noqa: E402
 
 STATES = ("warm", "inputs flushed", "+ output flushed", "+ code cold")
+FAMILIES = ("dlrm", "transformer")
+
+
+def forward_of(family: str, trainer: Any, batch: Any) -> Callable[[], Any]:
+    """The forward + loss of one batch, as `collect workload`'s trainer of ``family`` runs it."""
+    if family == "dlrm":
+        return lambda: trainer.loss(trainer.model(batch.dense, batch.indices, batch.offsets), batch.labels)
+    return lambda: trainer.model(**batch).loss
 
 
 class Call:
@@ -169,14 +177,14 @@ class Alone:
         return times
 
 
-def real_forward(trainer: Any, ids: list[int], steps: int) -> list[float]:
+def real_forward(family: str, trainer: Any, ids: list[int], steps: int) -> list[float]:
     """The model's forward + loss (µs) over ``steps`` whole training steps, each timed apart."""
     times = []
     for k in range(steps):
-        batch = trainer.batches[ids[k % len(ids)]]
+        forward = forward_of(family, trainer, trainer.batches[ids[k % len(ids)]])
         trainer.optimizer.zero_grad()
         begun = time.perf_counter_ns()
-        loss = trainer.model(**batch).loss
+        loss = forward()
         times.append((time.perf_counter_ns() - begun) / 1e3)
         loss.backward()
         trainer.optimizer.step()
@@ -242,16 +250,15 @@ def gemm_lines(calls: list[Call], sequence: list[float], medians: dict[str, list
     return lines + [""]
 
 
-def measure_run(config: dict, batch_size: int, rounds: int) -> tuple[list[Call], list[float], list[float],
-                                                                      list[float], dict[str, list[float]]]:
+def measure_run(family: str, config: dict, batch_size: int, rounds: int) -> tuple[
+        list[Call], list[float], list[float], list[float], dict[str, list[float]]]:
     """(calls, real forward µs per step, replay totals µs, in-sequence per-call medians µs, alone per-call medians
-    per state) of one stored transformer config in training mode. Each round runs one real step, one replay and one
-    :meth:`Alone.round`, so the host's slow and fast phases fall on all of them alike."""
-    trainer, ids = trainer_of("transformer", config, batch_size, rounds)
+    per state) of one stored config of ``family`` in training mode. Each round runs one real step, one replay and
+    one :meth:`Alone.round`, so the host's slow and fast phases fall on all of them alike."""
+    trainer, ids = trainer_of(family, config, batch_size, rounds)
     trainer.model.train(True)
-    batch = trainer.batches[ids[0]]
     trainer.optimizer.zero_grad()
-    calls, loss = record_forward(lambda: trainer.model(**batch).loss)
+    calls, loss = record_forward(forward_of(family, trainer, trainer.batches[ids[0]]))
     loss.backward()
     trainer.optimizer.step()
     alone = Alone(calls)
@@ -260,7 +267,7 @@ def measure_run(config: dict, batch_size: int, rounds: int) -> tuple[list[Call],
     per: list[list[float]] = []
     states: dict[str, list[list[float]]] = {state: [] for state in alone.states}
     for k in range(rounds):
-        real += real_forward(trainer, ids[k % len(ids):] + ids[:k % len(ids)], 1)
+        real += real_forward(family, trainer, ids[k % len(ids):] + ids[:k % len(ids)], 1)
         times, total = replay_once(calls)
         per.append(times)
         totals.append(total)
@@ -277,8 +284,9 @@ def main() -> None:
                         "mode; medians over the rounds.")
     home = opts.workspace.resolve()
     log: list[str] = []
-    for run, config, ts, predicted in predicted_transformer_runs(home, log):
-        calls, real, totals, sequence, medians = measure_run(config, int(run["batch_size"]), opts.rounds)
+    for run, config, ts, predicted in predicted_runs(home, log, FAMILIES):
+        calls, real, totals, sequence, medians = measure_run(run["family"], config, int(run["batch_size"]),
+                                                             opts.rounds)
         priced = sum(us + t1 for _, us, t1 in predicted)
         lines += [f"### {run['workload']} b{run['batch_size']} (trace set {ts}, {run['platform']})", "",
                   f"{len(calls)} top-level calls. Predicted forward + loss {priced / 1e3:.2f} ms (op prices "

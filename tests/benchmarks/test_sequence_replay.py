@@ -52,7 +52,7 @@ def test_each_call_is_timed_in_sequence_and_alone_in_every_state(bert):
     states = sr.STATES if cache_evict.load() is not None else sr.STATES[:1]
     assert list(times) == list(states)
     assert all(len(values) == len(calls) and all(us > 0 for us in values) for values in times.values())
-    real = sr.real_forward(trainer, ids, 2)
+    real = sr.real_forward("transformer", trainer, ids, 2)
     assert len(real) == 2 and all(us > 0 for us in real)
     lines = sr.state_lines(real, [total], sequence, times)
     assert lines[2].startswith("| alone, warm (sum of per-call medians) |") and "| x1.00 | 0% |" in lines[2]
@@ -84,7 +84,20 @@ def test_a_run_interleaves_real_steps_replays_and_calls_alone(bert):
     sr, trainer, ids = bert
     config = {"arch": "gpt2", "head": "auto", "heads": 2, "hidden": 32, "layers": 1, "lr": 1e-4, "overrides": {},
               "seq_len": 16}
-    calls, real, totals, sequence, medians = sr.measure_run(config, 2, 3)
+    calls, real, totals, sequence, medians = sr.measure_run("transformer", config, 2, 3)
     assert len(real) == len(totals) == 3 and len(sequence) == len(calls)
     assert "addmm" in [call.name for call in calls] and "dropout" in [call.name for call in calls]
     assert all(len(values) == len(calls) for values in medians.values())
+
+
+def test_a_dlrm_forward_is_recorded_replayed_and_timed():
+    import dataclasses
+
+    from collectors.workloads.dlrm_presets import preset
+
+    sr = _module()
+    config = dataclasses.replace(preset("dlrm_test"), batch_size=32).to_json()
+    calls, real, totals, sequence, medians = sr.measure_run("dlrm", config, 32, 2)
+    names = [call.name for call in calls]
+    assert "linear" in names and "bmm" in names and names[-1] == "binary_cross_entropy"
+    assert len(real) == len(totals) == 2 and len(sequence) == len(calls) and all(us > 0 for us in sequence)
