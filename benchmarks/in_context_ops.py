@@ -53,14 +53,14 @@ def short(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def predicted_forward(trace: dict) -> list[tuple[str, float, float]]:
-    """(short op name, predicted µs, T1 µs before it) of the forward and loss's top-level ops of one predicted
-    iteration, in order."""
+def predicted_forward(trace: dict, phases: tuple[str, ...] = ("fw", "loss")) -> list[tuple[str, float, float]]:
+    """(short op name, predicted µs, T1 µs before it) of the top-level ops of ``phases`` (default the forward and
+    the loss) of one predicted iteration, in order."""
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     meta = trace.get("pmdb", {}) if isinstance(trace, dict) else {}
     iters = max(1, int(meta.get("iterations_predicted") or 1))
     ops = [(short(str(a["op"])), float(a["predicted_us"]), float(a.get("t1_us") or 0.0))
-           for e in events if e.get("ph") == "X" and (a := e.get("args") or {}).get("phase") in ("fw", "loss")
+           for e in events if e.get("ph") == "X" and (a := e.get("args") or {}).get("phase") in phases
            and "predicted_us" in a and "op" in a]
     return ops[:len(ops) // iters] if iters > 1 else ops
 
@@ -214,12 +214,11 @@ def trainer_runs(home: Path, log: list[str], families: tuple[str, ...] = ("trans
 
 
 def predicted_runs(home: Path, log: list[str], families: tuple[str, ...] = ("transformer",)) -> Iterator[
-        tuple[dict, dict, int, list[tuple[str, float, float]]]]:
-    """:func:`trainer_runs` with each run's predicted forward (:func:`predicted_forward` of its exported
-    timeline)."""
+        tuple[dict, dict, int, dict]]:
+    """:func:`trainer_runs` with each run's exported predicted timeline (read it with :func:`predicted_forward`)."""
     with tempfile.TemporaryDirectory() as tmp:
         for run, config, ts in trainer_runs(home, log, families):
-            yield run, config, ts, predicted_forward(timeline(home, ts, Path(tmp) / f"ts{ts}.json", log))
+            yield run, config, ts, timeline(home, ts, Path(tmp) / f"ts{ts}.json", log)
 
 
 def begin(program: str, doc: str, count: str, default: int, count_help: str, title: str,
@@ -254,7 +253,8 @@ def main() -> None:
                         "{steps} steps per run, training and eval mode alternating; medians per call.")
     home = opts.workspace.resolve()
     log: list[str] = []
-    for run, config, ts, predicted in predicted_runs(home, log):
+    for run, config, ts, trace in predicted_runs(home, log):
+        predicted = predicted_forward(trace)
         calls, forward, pace = measured_forward(config, int(run["batch_size"]), opts.steps)
         train, evaluated = per_call_medians(calls[True]), per_call_medians(calls[False])
         priced = sum(us + t1 for _, us, t1 in predicted)

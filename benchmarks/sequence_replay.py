@@ -1,4 +1,4 @@
-"""The forward's calls replayed outside the model: how much of an op's in-step time each cache state explains (µs).
+"""A step's calls replayed outside the model: how much of an op's in-step time each cache state explains (µs).
 
 Diagnosis for #36: `in_context_ops.py` found the forward's ops 1.5-3x their prices inside the step.
 This takes one training step's forward + loss apart. Its top-level torch calls are recorded once (a
@@ -9,14 +9,19 @@ This takes one training step's forward + loss apart. Its top-level torch calls a
   them, each call timed; the outputs are kept until the replay ends, as autograd keeps a step's activations;
 * **alone**: each call by itself in four states, alternating call by call:
   1. *warm*: right after an untimed call of its own (its operands, its output's buffer and its code in cache);
-  2. *inputs flushed*: pmdb's cold state (`collectors.ops.timer`): the operands' lines evicted
+  2. *inputs flushed*: pmdb's cold state (`collectors.ops.timer`): the lines of the call's tensor arguments evicted
      (:mod:`collectors.ops.cache_evict`), then the dispatch path re-warmed on 4-element tensors;
   3. *+ output flushed*: the buffer the previous call's output sat in evicted too (the allocator hands it out again);
   4. *+ code cold*: as 3, but ~28 distinct tiny ops (sin, sort, conv1d, embedding, ...) run instead of the re-warm, so
      the dispatch path is warm and the op's own kernel code is not, as after the other ops of a layer.
 
-Each round runs one real step, one replay and every call alone once per state, so the host's slow and fast phases
-(`host_two_speeds_*.md`) fall on all of them alike; medians over the rounds. What the states do not reach (in
+The backward is taken apart the same way one level down: the aten ops the autograd engine runs for
+``loss.backward()`` are recorded (a :class:`torch.utils._python_dispatch.TorchDispatchMode`) and replayed in
+sequence and alone. Its replay calls each aten op from Python, which the engine does from C++, so its whole replay
+runs longer than the real backward by that per-op call cost (a few µs each); the per-op comparisons are like for like.
+
+Each round runs one real step, one replay of each phase and every call alone once per state, so the host's slow
+and fast phases (`host_two_speeds_*.md`) fall on all of them alike; medians over the rounds. What the states do not reach (in
 sequence minus state 4) follows from the order of the ops themselves: a GEMM right after a stretch of elementwise or
 scalar work (the host's vector wake-up, `vector_idle_*.md`), predictors trained on the
 previous op. Real minus in sequence is the modules' Python between the calls. Per single-rank transformer or DLRM
@@ -31,6 +36,7 @@ their sizes do not). Each timeline export stores one more prediction in the work
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -44,7 +50,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 from host_op_diagnosis import trainer_of  # noqa: E402
-from in_context_ops import GEMMS, begin, name_of, outermost_mode, predicted_runs, short  # noqa: E402
+from in_context_ops import (GEMMS, begin, name_of, outermost_mode, predicted_forward, predicted_runs,  # noqa: E402
+                            short)
 from pmdb_commands import emit  # noqa: E402
 
 STATES = ("warm", "inputs flushed", "+ output flushed", "+ code cold")
@@ -79,6 +86,33 @@ def record_forward(run_forward: Callable[[], Any]) -> tuple[list[Call], Any]:
     return calls, result
 
 
+def record_backward(loss: Any) -> list[Call]:
+    """The aten ops ``loss.backward()`` runs on this thread, in order, with their real arguments (a
+    :class:`torch.utils._python_dispatch.TorchDispatchMode`: what the autograd engine calls, below autograd)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls: list[Call] = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            kwargs = kwargs or {}
+            calls.append(Call(func, args, kwargs, short(getattr(func, "overloadpacket", func).__name__)))
+            return func(*args, **kwargs)
+
+    with Recorder():
+        loss.backward()
+    return calls
+
+
+class Phase:
+    """One phase's times over the rounds: its calls, the real phase's µs, each replay's total µs, the in-sequence
+    per-call medians µs, and each state's per-call medians µs."""
+
+    def __init__(self, calls: list[Call], real: list[float], totals: list[float], sequence: list[float],
+                 medians: dict[str, list[float]]) -> None:
+        self.calls, self.real, self.totals, self.sequence, self.medians = calls, real, totals, sequence, medians
+
+
 def replay_once(calls: list[Call]) -> tuple[list[float], float]:
     """The calls replayed back to back once, outputs kept until the replay ends: (each call's µs, the total µs)."""
     per: list[float] = []
@@ -93,17 +127,27 @@ def replay_once(calls: list[Call]) -> tuple[list[float], float]:
     return per, total
 
 
+def _tensors(*values: Any) -> list[Any]:
+    """The tensors in ``values`` (nested tuples, lists and dicts walked; nothing reached through a tensor: not its
+    autograd graph, whose saved tensors the op does not read)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [leaf for leaf in tree_leaves(values) if isinstance(leaf, torch.Tensor)]
+
+
 def _storages(value: Any) -> list[tuple[int, int]]:
-    """(address, bytes) of the CPU tensors a call returned (a tensor, or a tuple or list of them)."""
+    """(address, bytes) of each CPU storage behind the tensors of ``value`` (a tensor, or nested tuples, lists and
+    dicts of them), each storage once."""
     import torch
 
-    items = value if isinstance(value, (tuple, list)) else [value]
-    out = []
-    for t in items:
-        if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.numel():
+    ranges: dict[int, int] = {}
+    for t in _tensors(value):
+        if t.device.type == "cpu" and t.layout == torch.strided and t.numel():
             storage = t.untyped_storage()
-            out.append((storage.data_ptr(), storage.nbytes()))
-    return out
+            ranges[storage.data_ptr()] = max(ranges.get(storage.data_ptr(), 0), storage.nbytes())
+    return sorted(ranges.items())
+
 
 
 def tiny_ops() -> list[Callable[[], Any]]:
@@ -135,8 +179,7 @@ class Alone:
         self.calls = calls
         self.evictor = cache_evict.load()
         self.states = STATES if self.evictor is not None else STATES[:1]
-        self.operands = [cache_evict.operand_ranges(c.args, c.kwargs) if self.evictor is not None else []
-                         for c in calls]
+        self.operands = [_storages(_tensors(c.args, c.kwargs)) if self.evictor is not None else [] for c in calls]
         self.last: list[list[tuple[int, int]]] = []
         for call in calls:
             out = call()
@@ -149,8 +192,9 @@ class Alone:
         """What :meth:`collectors.ops.timer.CacheFlusher.rewarm` runs after a flush."""
         import torch
 
-        out = torch.nn.functional.linear(self.mat, self.mat).relu().add(self.vec).mul(self.vec).sum()
-        torch.autograd.grad(out, (self.vec,))
+        with torch.enable_grad():   # a backward's ops replay with grad mode off
+            out = torch.nn.functional.linear(self.mat, self.mat).relu().add(self.vec).mul(self.vec).sum()
+            torch.autograd.grad(out, (self.vec,))
 
     def scattered(self) -> None:
         for op in self.scatter:
@@ -177,22 +221,21 @@ class Alone:
         return times
 
 
-def real_forward(family: str, trainer: Any, ids: list[int], steps: int) -> list[float]:
-    """The model's forward + loss (µs) over ``steps`` whole training steps, each timed apart."""
-    times = []
-    for k in range(steps):
-        forward = forward_of(family, trainer, trainer.batches[ids[k % len(ids)]])
-        trainer.optimizer.zero_grad()
-        begun = time.perf_counter_ns()
-        loss = forward()
-        times.append((time.perf_counter_ns() - begun) / 1e3)
-        loss.backward()
-        trainer.optimizer.step()
-    return times
+def real_step(family: str, trainer: Any, batch: Any) -> tuple[float, float]:
+    """One whole training step of ``batch``: its forward + loss and its backward, µs each."""
+    forward = forward_of(family, trainer, batch)
+    trainer.optimizer.zero_grad()
+    begun = time.perf_counter_ns()
+    loss = forward()
+    middle = time.perf_counter_ns()
+    loss.backward()
+    ended = time.perf_counter_ns()
+    trainer.optimizer.step()
+    return (middle - begun) / 1e3, (ended - middle) / 1e3
 
 
 def state_lines(real: list[float], totals: list[float], sequence: list[float],
-                medians: dict[str, list[float]]) -> list[str]:
+                medians: dict[str, list[float]], what: str = "forward + loss") -> list[str]:
     """Sums per state (ms), against warm, with the share of the warm-to-sequence gap each state closes."""
     seq = sum(sequence)
     warm = sum(medians["warm"])
@@ -205,14 +248,15 @@ def state_lines(real: list[float], totals: list[float], sequence: list[float],
     lines.append(f"| in sequence (sum of per-call medians) | {seq / 1e3:.2f} | x{seq / warm:.2f} | 100% |")
     lines.append(f"| in sequence (whole replay, median of {len(totals)}) | {statistics.median(totals) / 1e3:.2f} | "
                  f"x{statistics.median(totals) / warm:.2f} | - |")
-    lines.append(f"| the real forward + loss (median of {len(real)}) | {statistics.median(real) / 1e3:.2f} | "
+    lines.append(f"| the real {what} (median of {len(real)}) | {statistics.median(real) / 1e3:.2f} | "
                  f"x{statistics.median(real) / warm:.2f} | - |")
     return lines + [""]
 
 
 def op_lines(calls: list[Call], sequence: list[float], medians: dict[str, list[float]],
-             predicted: list[tuple[str, float, float]], top: int) -> list[str]:
-    """Per op name, the largest in-sequence times first: calls, predicted price, each state's sum, in sequence."""
+             predicted: list[tuple[str, float, float]] | None, top: int) -> list[str]:
+    """Per op name, the largest in-sequence times first: calls, predicted price ('-' without ``predicted``: the
+    backward is priced per autograd node, not per aten op), each state's sum, in sequence."""
     sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for k, call in enumerate(calls):
         row = sums[call.name]
@@ -220,7 +264,7 @@ def op_lines(calls: list[Call], sequence: list[float], medians: dict[str, list[f
         row["seq"] += sequence[k]
         for state, values in medians.items():
             row[state] += values[k]
-    for name, us, _ in predicted:
+    for name, us, _ in predicted or []:
         sums[name]["predicted"] += us
     states = list(medians)
     lines = ["| op | calls | predicted µs | " + " | ".join(f"{s} µs" for s in states) + " | in sequence µs | "
@@ -228,7 +272,8 @@ def op_lines(calls: list[Call], sequence: list[float], medians: dict[str, list[f
     ranked = sorted((kv for kv in sums.items() if kv[1]["calls"]), key=lambda kv: -kv[1]["seq"])[:top]
     for name, row in ranked:
         last = row[states[-1]]
-        lines.append(f"| {name} | {row['calls']:.0f} | {row['predicted']:.0f} | "
+        price = f"{row['predicted']:.0f}" if predicted is not None else "-"
+        lines.append(f"| {name} | {row['calls']:.0f} | {price} | "
                      + " | ".join(f"{row[s]:.0f}" for s in states)
                      + f" | {row['seq']:.0f} | " + (f"x{row['seq'] / last:.2f}" if last > 0 else "-") + " |")
     return lines + [""]
@@ -250,50 +295,71 @@ def gemm_lines(calls: list[Call], sequence: list[float], medians: dict[str, list
     return lines + [""]
 
 
-def measure_run(family: str, config: dict, batch_size: int, rounds: int) -> tuple[
-        list[Call], list[float], list[float], list[float], dict[str, list[float]]]:
-    """(calls, real forward µs per step, replay totals µs, in-sequence per-call medians µs, alone per-call medians
-    per state) of one stored config of ``family`` in training mode. Each round runs one real step, one replay and
-    one :meth:`Alone.round`, so the host's slow and fast phases fall on all of them alike."""
+def measure_run(family: str, config: dict, batch_size: int, rounds: int) -> dict[str, Phase]:
+    """The forward + loss (top-level torch calls) and the backward (aten ops) of one stored config of ``family`` in
+    training mode, each as a :class:`Phase`. Each round runs one real step, one replay of each phase and one
+    :meth:`Alone.round` of each, so the host's slow and fast phases fall on all of them alike."""
+    import torch
+
     trainer, ids = trainer_of(family, config, batch_size, rounds)
     trainer.model.train(True)
     trainer.optimizer.zero_grad()
-    calls, loss = record_forward(forward_of(family, trainer, trainer.batches[ids[0]]))
-    loss.backward()
+    forward, loss = record_forward(forward_of(family, trainer, trainer.batches[ids[0]]))
+    backward = record_backward(loss)
     trainer.optimizer.step()
-    alone = Alone(calls)
-    real: list[float] = []
-    totals: list[float] = []
-    per: list[list[float]] = []
-    states: dict[str, list[list[float]]] = {state: [] for state in alone.states}
+    recorded = {"forward + loss": forward, "backward": backward}
+
+    def mode(name: str) -> Any:   # the engine runs a backward's ops with grad mode off
+        return torch.no_grad() if name == "backward" else contextlib.nullcontext()
+
+    alone = {}
+    for name, calls in recorded.items():
+        with mode(name):
+            alone[name] = Alone(calls)
+    real: dict[str, list[float]] = {name: [] for name in recorded}
+    totals: dict[str, list[float]] = {name: [] for name in recorded}
+    per: dict[str, list[list[float]]] = {name: [] for name in recorded}
+    states = {name: {state: [] for state in alone[name].states} for name in recorded}
     for k in range(rounds):
-        real += real_forward(family, trainer, ids[k % len(ids):] + ids[:k % len(ids)], 1)
-        times, total = replay_once(calls)
-        per.append(times)
-        totals.append(total)
-        for state, values in alone.round().items():
-            states[state].append(values)
-    column = (lambda rows: [statistics.median(r[i] for r in rows) for i in range(len(calls))])
-    return calls, real, totals, column(per), {state: column(rows) for state, rows in states.items()}
+        for name, us in zip(recorded, real_step(family, trainer, trainer.batches[ids[k % len(ids)]])):
+            real[name].append(us)
+        for name, calls in recorded.items():
+            with mode(name):
+                times, total = replay_once(calls)
+                rounded = alone[name].round()
+            per[name].append(times)
+            totals[name].append(total)
+            for state, values in rounded.items():
+                states[name][state].append(values)
+
+    def column(rows: list[list[float]]) -> list[float]:
+        return [statistics.median(r[i] for r in rows) for i in range(len(rows[0]))] if rows else []
+
+    return {name: Phase(calls, real[name], totals[name], column(per[name]),
+                        {state: column(rows) for state, rows in states[name].items()})
+            for name, calls in recorded.items()}
 
 
 def main() -> None:
     opts, lines = begin("sequence_replay", __doc__, "rounds", 40, "rounds per run: a real step, a replay in "
-                        "sequence, each call alone once per state", "## The forward's calls replayed",
-                        "{rounds} rounds per run (a real step, a replay, each call alone once per state); training "
-                        "mode; medians over the rounds.")
+                        "sequence, each call alone once per state", "## A step's calls replayed",
+                        "{rounds} rounds per run (a real step, a replay of each phase, each call alone once per "
+                        "state); training mode; medians over the rounds.")
     home = opts.workspace.resolve()
     log: list[str] = []
-    for run, config, ts, predicted in predicted_runs(home, log, FAMILIES):
-        calls, real, totals, sequence, medians = measure_run(run["family"], config, int(run["batch_size"]),
-                                                             opts.rounds)
-        priced = sum(us + t1 for _, us, t1 in predicted)
-        lines += [f"### {run['workload']} b{run['batch_size']} (trace set {ts}, {run['platform']})", "",
-                  f"{len(calls)} top-level calls. Predicted forward + loss {priced / 1e3:.2f} ms (op prices "
-                  f"{sum(us for _, us, _ in predicted) / 1e3:.2f} ms + T1).", ""]
-        lines += state_lines(real, totals, sequence, medians)
-        lines += op_lines(calls, sequence, medians, predicted, opts.top)
-        lines += gemm_lines(calls, sequence, medians)
+    for run, config, ts, trace in predicted_runs(home, log, FAMILIES):
+        phases = measure_run(run["family"], config, int(run["batch_size"]), opts.rounds)
+        lines += [f"### {run['workload']} b{run['batch_size']} (trace set {ts}, {run['platform']})", ""]
+        for name, phase in phases.items():
+            predicted = predicted_forward(trace, ("fw", "loss") if name == "forward + loss" else ("bw",))
+            priced = sum(us + t1 for _, us, t1 in predicted)
+            unit = "top-level calls" if name == "forward + loss" else "aten ops (autograd nodes priced)"
+            lines += [f"**{name}**: {len(phase.calls)} {unit}. Predicted {priced / 1e3:.2f} ms (op prices "
+                      f"{sum(us for _, us, _ in predicted) / 1e3:.2f} ms + T1).", ""]
+            lines += state_lines(phase.real, phase.totals, phase.sequence, phase.medians, name)
+            lines += op_lines(phase.calls, phase.sequence, phase.medians,
+                              predicted if name == "forward + loss" else None, opts.top)
+            lines += gemm_lines(phase.calls, phase.sequence, phase.medians)
         print(f"sequence_replay: {run['workload']} done ({os.getloadavg()[0]:.2f} load)", file=sys.stderr)
     emit("\n".join(lines), opts.out)
 

@@ -52,8 +52,9 @@ def test_each_call_is_timed_in_sequence_and_alone_in_every_state(bert):
     states = sr.STATES if cache_evict.load() is not None else sr.STATES[:1]
     assert list(times) == list(states)
     assert all(len(values) == len(calls) and all(us > 0 for us in values) for values in times.values())
-    real = sr.real_forward("transformer", trainer, ids, 2)
-    assert len(real) == 2 and all(us > 0 for us in real)
+    real = [sr.real_step("transformer", trainer, trainer.batches[i]) for i in ids[:2]]
+    assert len(real) == 2 and all(fw > 0 and bw > 0 for fw, bw in real)
+    real = [fw for fw, _ in real]
     lines = sr.state_lines(real, [total], sequence, times)
     assert lines[2].startswith("| alone, warm (sum of per-call medians) |") and "| x1.00 | 0% |" in lines[2]
     assert any(line.startswith("| the real forward + loss (median of 2) |") for line in lines)
@@ -84,10 +85,28 @@ def test_a_run_interleaves_real_steps_replays_and_calls_alone(bert):
     sr, trainer, ids = bert
     config = {"arch": "gpt2", "head": "auto", "heads": 2, "hidden": 32, "layers": 1, "lr": 1e-4, "overrides": {},
               "seq_len": 16}
-    calls, real, totals, sequence, medians = sr.measure_run("transformer", config, 2, 3)
-    assert len(real) == len(totals) == 3 and len(sequence) == len(calls)
-    assert "addmm" in [call.name for call in calls] and "dropout" in [call.name for call in calls]
-    assert all(len(values) == len(calls) for values in medians.values())
+    phases = sr.measure_run("transformer", config, 2, 3)
+    assert list(phases) == ["forward + loss", "backward"]
+    forward, backward = phases["forward + loss"], phases["backward"]
+    assert "addmm" in [call.name for call in forward.calls] and "dropout" in [call.name for call in forward.calls]
+    assert "mm" in [call.name for call in backward.calls]     # the aten ops the engine ran, below autograd
+    for phase in phases.values():
+        assert len(phase.real) == len(phase.totals) == 3 and len(phase.sequence) == len(phase.calls)
+        assert all(len(values) == len(phase.calls) for values in phase.medians.values())
+    lines = sr.op_lines(backward.calls, backward.sequence, backward.medians, None, top=3)
+    assert all(line.split(" | ")[2] == "-" for line in lines[2:5])   # no per-aten-op price in the backward
+
+
+def test_the_backward_is_recorded_as_the_aten_ops_it_runs(bert):
+    sr, trainer, ids = bert
+    trainer.model.train(False)
+    batch = trainer.batches[ids[0]]
+    trainer.optimizer.zero_grad()
+    loss = trainer.model(**batch).loss
+    calls = sr.record_backward(loss)
+    grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+    assert grads and calls and {"mm", "sum"} & {call.name for call in calls}
+    assert all(not call.name.startswith("aten") and "." not in call.name for call in calls)
 
 
 def test_a_dlrm_forward_is_recorded_replayed_and_timed():
@@ -97,7 +116,8 @@ def test_a_dlrm_forward_is_recorded_replayed_and_timed():
 
     sr = _module()
     config = dataclasses.replace(preset("dlrm_test"), batch_size=32).to_json()
-    calls, real, totals, sequence, medians = sr.measure_run("dlrm", config, 32, 2)
-    names = [call.name for call in calls]
+    forward = sr.measure_run("dlrm", config, 32, 2)["forward + loss"]
+    names = [call.name for call in forward.calls]
     assert "linear" in names and "bmm" in names and names[-1] == "binary_cross_entropy"
-    assert len(real) == len(totals) == 2 and len(sequence) == len(calls) and all(us > 0 for us in sequence)
+    assert len(forward.real) == len(forward.totals) == 2 and len(forward.sequence) == len(forward.calls)
+    assert all(us > 0 for us in forward.sequence)
