@@ -22,8 +22,8 @@ runs longer than the real backward by that per-op call cost (a few µs each); th
 
 Each round runs one real step, one replay of each phase and every call alone once per state, so the host's slow
 and fast phases (`host_two_speeds_*.md`) fall on all of them alike; medians over the rounds. What the states do not
-reach (in sequence minus state 4) follows from the order of the ops themselves: a GEMM right after a stretch of
-elementwise or scalar work (the host's vector wake-up, `vector_idle_*.md`), predictors trained on the previous op.
+reach (in sequence minus state 4) follows from the order of the ops themselves (candidates: the host's vector
+wake-up, `vector_idle_*.md`; lines the previous ops left dirty; predictors trained on the previous op).
 Real minus in sequence is the modules' Python between the calls. Per single-rank transformer or DLRM
 run of a workspace (its stored config) with a model-mode prediction: the sums per state, per op name beside the
 predicted price (the exported timeline's top-level forward ops), and the GEMMs call by call.
