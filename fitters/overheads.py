@@ -106,6 +106,12 @@ def size_class(elements: int | None) -> int | None:
     return (int(elements).bit_length() - 1) // 2
 
 
+def input_size_class(input_shapes: Any) -> int | None:
+    """The :func:`size_class` of an op from its recorded input shapes (None without tensor inputs): how samples are
+    keyed when fitted and how the simulator looks them up."""
+    return size_class(tensor_elements(input_shapes))
+
+
 def _samples(rows: list[tuple[str, str, int, float]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
     frame["value_us"] = frame["value_us"].astype(float).clip(lower=0.0)
@@ -239,8 +245,7 @@ def cpu_samples(ops: pd.DataFrame) -> pd.DataFrame:
     frame = _samples(rows)
     classes: dict[int, int | None] = {}
     if "input_shapes" in cpu:
-        classes = {int(i): size_class(tensor_elements(shapes))
-                   for i, shapes in zip(cpu["op_id"], cpu["input_shapes"])}
+        classes = {int(i): input_size_class(shapes) for i, shapes in zip(cpu["op_id"], cpu["input_shapes"])}
     sized = frame["kind"].isin(SIZED_KINDS)
     frame["size_class"] = pd.array([classes.get(int(i)) if k else None for i, k in zip(frame["op_id"], sized)],
                                    dtype="Int64")

@@ -33,8 +33,8 @@ from pmdb.traces.graph import Op, Stream, TraceGraph
 from simulator.cache_levels import UNKNOWN, between, cold_share, levels_known
 from simulator.measured_shapes import MICROBENCHMARK, MINED, MINED_SELF, ShapeMedians
 from simulator.model_set import BLEND, CACHE_PREFERENCE, CACHE_STATES, PAIRED, REUSE, ModelSet, Overheads
-from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op, tensor_elements
-from fitters.overheads import size_class
+from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
+from fitters.overheads import input_size_class
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
 
@@ -320,7 +320,7 @@ class ModelTiming:
         own time (T2, T3, T5) that of its input size class where the table sampled it (migration 0020)."""
         if id(node) in self._time:
             return self._time[id(node)]
-        size = size_class(tensor_elements(node.input_shapes))
+        size = input_size_class(node.input_shapes)
         if node.sub:
             t2, t3, t5 = (self._table(node.name, kind, size) for kind in ("T2", "T3", "T5"))
             return t2 + t3 + t5 * (len(node.sub) - 1) + sum(self._op_time(c) for c in node.sub)
