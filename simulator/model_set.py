@@ -2,7 +2,6 @@
 the roofline fallback) and its overhead table (T1–T5 per op name). Times µs."""
 from __future__ import annotations
 
-import bisect
 import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
@@ -255,8 +254,12 @@ class Overheads:
         curve = self.sized.get((name, kind)) if size_class is not None else None
         if not curve:
             return self.table.get((name, kind))
-        at = bisect.bisect_right([size for size, _ in curve], size_class)
-        return curve[max(at - 1, 0)][1]
+        found = curve[0][1]
+        for size, mean in curve:   # in class order, a few classes per name
+            if size > size_class:
+                break
+            found = mean
+        return found
 
     def typical(self, kind: str) -> float:
         """Median over op names of one kind (for names the table does not hold)."""
