@@ -139,15 +139,9 @@ def _tensors(*values: Any) -> list[Any]:
 def _storages(value: Any) -> list[tuple[int, int]]:
     """(address, bytes) of each CPU storage behind the tensors of ``value`` (a tensor, or nested tuples, lists and
     dicts of them), each storage once."""
-    import torch
+    from collectors.ops.cache_evict import storage_ranges
 
-    ranges: dict[int, int] = {}
-    for t in _tensors(value):
-        if t.device.type == "cpu" and t.layout == torch.strided and t.numel():
-            storage = t.untyped_storage()
-            ranges[storage.data_ptr()] = max(ranges.get(storage.data_ptr(), 0), storage.nbytes())
-    return sorted(ranges.items())
-
+    return storage_ranges(_tensors(value))
 
 
 def tiny_ops() -> list[Callable[[], Any]]:
@@ -172,29 +166,27 @@ class Alone:
     :meth:`round` times every call once per state, the states alternating call by call."""
 
     def __init__(self, calls: list[Call]) -> None:
-        import torch
-
         from collectors.ops import cache_evict
+        from collectors.ops.timer import CacheFlusher
 
         self.calls = calls
         self.evictor = cache_evict.load()
         self.states = STATES if self.evictor is not None else STATES[:1]
-        self.operands = [_storages(_tensors(c.args, c.kwargs)) if self.evictor is not None else [] for c in calls]
+        self.operands = [_storages((c.args, c.kwargs)) if self.evictor is not None else [] for c in calls]
         self.last: list[list[tuple[int, int]]] = []
         for call in calls:
             out = call()
             self.last.append(_storages(out))
             del out
-        self.vec, self.mat = torch.ones(4, requires_grad=True), torch.ones(4, 4, requires_grad=True)
+        self.flusher = CacheFlusher(evict=False)   # only its rewarm: the dispatch path pmdb's cold state re-warms
         self.scatter = tiny_ops()
 
     def rewarm(self) -> None:
-        """What :meth:`collectors.ops.timer.CacheFlusher.rewarm` runs after a flush."""
+        """:meth:`collectors.ops.timer.CacheFlusher.rewarm`, as pmdb's cold state runs it after a flush."""
         import torch
 
         with torch.enable_grad():   # a backward's ops replay with grad mode off
-            out = torch.nn.functional.linear(self.mat, self.mat).relu().add(self.vec).mul(self.vec).sum()
-            torch.autograd.grad(out, (self.vec,))
+            self.flusher.rewarm()
 
     def scattered(self) -> None:
         for op in self.scatter:

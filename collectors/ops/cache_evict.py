@@ -177,6 +177,22 @@ def _children(obj: Any) -> Iterable[Any]:
         yield from vars(obj).values()
 
 
+def _add_storage(ranges: dict[int, int], tensor: torch.Tensor) -> None:
+    """Record the tensor's CPU storage in ``ranges`` (address -> bytes, the largest seen at an address)."""
+    found = _storage_range(tensor)
+    if found is not None and found[1] > ranges.get(found[0], 0):
+        ranges[found[0]] = found[1]
+
+
+def storage_ranges(tensors: Iterable[torch.Tensor]) -> list[tuple[int, int]]:
+    """``(address, bytes)`` of the CPU storages of exactly these tensors, each storage once (nothing reached
+    through them, where :func:`operand_ranges` walks what its roots hold)."""
+    ranges: dict[int, int] = {}
+    for tensor in tensors:
+        _add_storage(ranges, tensor)
+    return sorted(ranges.items())
+
+
 def operand_ranges(*roots: Any) -> list[tuple[int, int]]:
     """``(address, bytes)`` of every CPU tensor storage reachable from ``roots``, each storage once."""
     ranges: dict[int, int] = {}
@@ -188,9 +204,7 @@ def operand_ranges(*roots: Any) -> list[tuple[int, int]]:
             continue
         seen.add(id(obj))
         if isinstance(obj, torch.Tensor):
-            found = _storage_range(obj)
-            if found is not None and found[1] > ranges.get(found[0], 0):
-                ranges[found[0]] = found[1]
+            _add_storage(ranges, obj)
         if depth < _MAX_DEPTH:
             stack.extend((child, depth + 1) for child in _children(obj))
     return sorted(ranges.items())

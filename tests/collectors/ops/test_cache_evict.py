@@ -154,3 +154,12 @@ def test_cold_rows_say_what_was_flushed_and_runs_the_caches(store):
     assert caches == {**platforms.cache_sizes(), "line_bytes": cache_evict.line_bytes()}
     assert summary["timing_environment"]["cold_flush"] == (EVICTOR.method if EVICTOR else
                                                            summary["timing_environment"]["cold_flush"])
+
+
+def test_storage_ranges_hold_exactly_the_given_tensors_storages():
+    a, b = torch.randn(64, 64), torch.randn(8)
+    view = a[:8]
+    ranges = cache_evict.storage_ranges([a, view, b])
+    expected = sorted((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in (a, b))
+    assert ranges == expected                          # a view is its base's storage, counted once
+    assert cache_evict.storage_ranges([]) == []
