@@ -196,3 +196,16 @@ def parsed_gpu_trace(tmp_path_factory: Any, name: str, *, et: bool = True) -> li
         (out / "ranks.pickle").write_bytes(pickle.dumps(parsed, protocol=pickle.HIGHEST_PROTOCOL))
     built = built_once(tmp_path_factory, f"parsed_{name}" + ("" if et else "_kineto_only"), build)
     return pickle.loads((built / "ranks.pickle").read_bytes())
+
+
+def store_before(ws: Any, count: int) -> Any:
+    """An open DuckDB connection to a new store in workspace ``ws`` with only its first ``count`` migrations applied:
+    what an older release wrote, for a migration test to fill before the current code opens it."""
+    import duckdb
+
+    from pmdb import migrator
+
+    ws.create_dirs()
+    conn = duckdb.connect(str(ws.db_path))
+    migrator.migrate(conn, migrator.available()[:count])
+    return conn

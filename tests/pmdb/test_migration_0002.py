@@ -2,8 +2,7 @@
 with the current code, keeps every row and has its selections converted into columns."""
 from __future__ import annotations
 
-import duckdb
-
+from harness import store_before
 from pmdb import migrator
 from pmdb.config import Workspace
 from pmdb.store import Store
@@ -15,9 +14,7 @@ _SELECTIONS = {1: "champion/default/1a2b3c4d/comm-shares-core", 2: "pmdb.x.relu.
 def _write_v1_store(ws: Workspace) -> None:
     """The file as the previous release left it: migration 0001 applied, one completed predict run, three
     predictions (two model-mode selections, one replay)."""
-    ws.create_dirs()
-    conn = duckdb.connect(str(ws.db_path))
-    migrator.migrate(conn, migrator.available()[:1])
+    conn = store_before(ws, 1)
     conn.execute("INSERT INTO platforms (name, device_kind, semantics) VALUES ('cpu-old', 'cpu', 'sync_host')")
     conn.execute("INSERT INTO collection_runs (run_id, kind, platform, pmdb_version, status) "
                  "VALUES ('r1', 'predict', 'cpu-old', '0.1.0', 'completed')")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-import duckdb
 import pytest
 
+from harness import store_before
 from pmdb import migrator
 from pmdb.config import Workspace
 from pmdb.store import Store
@@ -21,9 +21,7 @@ _OLD_FORMAT = [{"op": "aten::mm", "count": 3, "measured_share": 0.7}]   # no fal
 
 def _write_v13_store(ws: Workspace) -> None:
     """Migrations 0001-0013 applied; one completed predict run; four predictions with ground truth."""
-    ws.create_dirs()
-    conn = duckdb.connect(str(ws.db_path))
-    migrator.migrate(conn, migrator.available()[:13])
+    conn = store_before(ws, 13)
     conn.execute("INSERT INTO platforms (name, device_kind, semantics) VALUES ('gpu-old', 'cuda', 'async_device')")
     conn.execute("INSERT INTO collection_runs (run_id, kind, platform, pmdb_version, status) "
                  "VALUES ('r1', 'predict', 'gpu-old', '0.1.0', 'completed')")

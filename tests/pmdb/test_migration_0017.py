@@ -3,11 +3,11 @@ the current code, keeps every row, and holds the same device times, floors and l
 the SQL of 0017 and collectors/importers/launch_floor.py apply one rule. Other rows are left as they were."""
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pytest
 
 from collectors.importers import launch_floor
+from harness import store_before
 from pmdb import migrator
 from pmdb.config import Workspace
 from pmdb.store import Store
@@ -18,9 +18,7 @@ LN_US = [46.0, 47.5, 120.0, 900.0]
 
 def _write_v13_store(ws: Workspace) -> None:
     """Migrations 0001-0013; a NeuSight import (add, layer_norm), a generic import and a microbenchmark row."""
-    ws.create_dirs()
-    conn = duckdb.connect(str(ws.db_path))
-    migrator.migrate(conn, migrator.available()[:13])
+    conn = store_before(ws, 13)
     conn.execute("INSERT INTO platforms (name, device_kind, semantics) VALUES ('v100', 'cuda', 'async_device')")
     for run in ("neu", "gen", "mb"):
         conn.execute("INSERT INTO collection_runs (run_id, kind, platform, pmdb_version, status) "

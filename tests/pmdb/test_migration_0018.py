@@ -2,8 +2,7 @@
 stay what they were (node_us = median_us: no engine cost was measured beside them)."""
 from __future__ import annotations
 
-import duckdb
-
+from harness import store_before
 from pmdb import migrator
 from pmdb.config import Workspace
 from pmdb.store import Store
@@ -11,9 +10,7 @@ from pmdb.store import Store
 
 def test_v17_rows_keep_their_times(tmp_path):
     ws = Workspace(tmp_path / "ws")
-    ws.create_dirs()
-    conn = duckdb.connect(str(ws.db_path))
-    migrator.migrate(conn, migrator.available()[:17])
+    conn = store_before(ws, 17)
     conn.execute("INSERT INTO platforms (name, device_kind, semantics) VALUES ('cpu-x', 'cpu', 'sync_host')")
     conn.execute("INSERT INTO collection_runs (run_id, kind, platform, pmdb_version, status) "
                  "VALUES ('mb', 'ops', 'cpu-x', '0.1.0', 'completed')")

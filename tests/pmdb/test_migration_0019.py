@@ -2,8 +2,7 @@
 spec-only range (NULL range columns), and `pmdb errors` still reads them."""
 from __future__ import annotations
 
-import duckdb
-
+from harness import store_before
 from pmdb import migrator
 from pmdb.config import Workspace
 from pmdb.store import Store
@@ -11,9 +10,7 @@ from pmdb.store import Store
 
 def test_v18_predictions_keep_their_rows_without_a_range(tmp_path):
     ws = Workspace(tmp_path / "ws")
-    ws.create_dirs()
-    conn = duckdb.connect(str(ws.db_path))
-    migrator.migrate(conn, migrator.available()[:18])
+    conn = store_before(ws, 18)
     conn.execute("INSERT INTO platforms (name, device_kind, semantics) VALUES ('gpu-x', 'cuda', 'async_device')")
     conn.execute("INSERT INTO collection_runs (run_id, kind, platform, pmdb_version, status) "
                  "VALUES ('p', 'predict', 'gpu-x', '0.1.0', 'completed')")

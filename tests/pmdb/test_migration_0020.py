@@ -2,8 +2,7 @@
 no size class (NULL), it has no per-class rows, and the simulator prices its ops by name as before."""
 from __future__ import annotations
 
-import duckdb
-
+from harness import store_before
 from pmdb import migrator
 from pmdb.config import Workspace
 from pmdb.store import Store
@@ -12,9 +11,7 @@ from simulator.model_set import Overheads
 
 def test_v19_overheads_keep_their_rows_and_price_by_name(tmp_path):
     ws = Workspace(tmp_path / "ws")
-    ws.create_dirs()
-    conn = duckdb.connect(str(ws.db_path))
-    migrator.migrate(conn, migrator.available()[:19])
+    conn = store_before(ws, 19)
     conn.execute("INSERT INTO platforms (name, device_kind, semantics) VALUES ('cpu-x', 'cpu', 'sync_host')")
     conn.execute("INSERT INTO collection_runs (run_id, kind, platform, pmdb_version, status) "
                  "VALUES ('t', 'trace', 'cpu-x', '0.1.0', 'completed'), "
