@@ -53,7 +53,7 @@ def short(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def predicted_forward(trace: dict, phases: tuple[str, ...] = ("fw", "loss")) -> list[tuple[str, float, float]]:
+def predicted_ops(trace: dict, phases: tuple[str, ...] = ("fw", "loss")) -> list[tuple[str, float, float]]:
     """(short op name, predicted µs, T1 µs before it) of the top-level ops of ``phases`` (default the forward and
     the loss) of one predicted iteration, in order."""
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
@@ -215,7 +215,7 @@ def trainer_runs(home: Path, log: list[str], families: tuple[str, ...] = ("trans
 
 def predicted_runs(home: Path, log: list[str], families: tuple[str, ...] = ("transformer",)) -> Iterator[
         tuple[dict, dict, int, dict]]:
-    """:func:`trainer_runs` with each run's exported predicted timeline (read it with :func:`predicted_forward`)."""
+    """:func:`trainer_runs` with each run's exported predicted timeline (read it with :func:`predicted_ops`)."""
     with tempfile.TemporaryDirectory() as tmp:
         for run, config, ts in trainer_runs(home, log, families):
             yield run, config, ts, timeline(home, ts, Path(tmp) / f"ts{ts}.json", log)
@@ -254,7 +254,7 @@ def main() -> None:
     home = opts.workspace.resolve()
     log: list[str] = []
     for run, config, ts, trace in predicted_runs(home, log):
-        predicted = predicted_forward(trace)
+        predicted = predicted_ops(trace)
         calls, forward, pace = measured_forward(config, int(run["batch_size"]), opts.steps)
         train, evaluated = per_call_medians(calls[True]), per_call_medians(calls[False])
         priced = sum(us + t1 for _, us, t1 in predicted)

@@ -50,12 +50,17 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 from host_op_diagnosis import trainer_of  # noqa: E402
-from in_context_ops import (GEMMS, begin, name_of, outermost_mode, predicted_forward, predicted_runs,  # noqa: E402
+from in_context_ops import (GEMMS, begin, name_of, outermost_mode, predicted_ops, predicted_runs,  # noqa: E402
                             short)
 from pmdb_commands import emit  # noqa: E402
 
 STATES = ("warm", "inputs flushed", "+ output flushed", "+ code cold")
 FAMILIES = ("dlrm", "transformer")
+FORWARD, BACKWARD = "forward + loss", "backward"
+# per phase: the predicted timeline's phases it covers, what its recorded calls are, whether they carry op prices
+# (the backward is priced per autograd node, its calls are aten ops)
+PHASES = {FORWARD: (("fw", "loss"), "top-level calls", True),
+          BACKWARD: (("bw",), "aten ops (autograd nodes priced)", False)}
 
 
 def forward_of(family: str, trainer: Any, batch: Any) -> Callable[[], Any]:
@@ -227,7 +232,7 @@ def real_step(family: str, trainer: Any, batch: Any) -> tuple[float, float]:
 
 
 def state_lines(real: list[float], totals: list[float], sequence: list[float],
-                medians: dict[str, list[float]], what: str = "forward + loss") -> list[str]:
+                medians: dict[str, list[float]], what: str = FORWARD) -> list[str]:
     """Sums per state (ms), against warm, with the share of the warm-to-sequence gap each state closes."""
     seq = sum(sequence)
     warm = sum(medians["warm"])
@@ -299,10 +304,10 @@ def measure_run(family: str, config: dict, batch_size: int, rounds: int) -> dict
     forward, loss = record_forward(forward_of(family, trainer, trainer.batches[ids[0]]))
     backward = record_backward(loss)
     trainer.optimizer.step()
-    recorded = {"forward + loss": forward, "backward": backward}
+    recorded = {FORWARD: forward, BACKWARD: backward}
 
     def mode(name: str) -> Any:   # the engine runs a backward's ops with grad mode off
-        return torch.no_grad() if name == "backward" else contextlib.nullcontext()
+        return torch.no_grad() if name == BACKWARD else contextlib.nullcontext()
 
     alone = {}
     for name, calls in recorded.items():
@@ -343,14 +348,14 @@ def main() -> None:
         phases = measure_run(run["family"], config, int(run["batch_size"]), opts.rounds)
         lines += [f"### {run['workload']} b{run['batch_size']} (trace set {ts}, {run['platform']})", ""]
         for name, phase in phases.items():
-            predicted = predicted_forward(trace, ("fw", "loss") if name == "forward + loss" else ("bw",))
+            covers, unit, priced_per_call = PHASES[name]
+            predicted = predicted_ops(trace, covers)
             priced = sum(us + t1 for _, us, t1 in predicted)
-            unit = "top-level calls" if name == "forward + loss" else "aten ops (autograd nodes priced)"
             lines += [f"**{name}**: {len(phase.calls)} {unit}. Predicted {priced / 1e3:.2f} ms (op prices "
                       f"{sum(us for _, us, _ in predicted) / 1e3:.2f} ms + T1).", ""]
             lines += state_lines(phase.real, phase.totals, phase.sequence, phase.medians, name)
-            lines += op_lines(phase.calls, phase.sequence, phase.medians,
-                              predicted if name == "forward + loss" else None, opts.top)
+            lines += op_lines(phase.calls, phase.sequence, phase.medians, predicted if priced_per_call else None,
+                              opts.top)
             lines += gemm_lines(phase.calls, phase.sequence, phase.medians)
         print(f"sequence_replay: {run['workload']} done ({os.getloadavg()[0]:.2f} load)", file=sys.stderr)
     emit("\n".join(lines), opts.out)

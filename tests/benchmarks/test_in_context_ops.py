@@ -24,7 +24,7 @@ def test_the_predicted_forward_keeps_forward_and_loss_ops_in_order():
     trace = {"traceEvents": [_event("aten::linear", "fw", 50.0, 5.0), _event("aten::dropout", "fw", 300.0, 10.0),
                              _event("aten::mm", "bw", 70.0, 1.0), _event("aten::cross_entropy_loss", "loss", 9.0, 2.0),
                              {"ph": "X", "args": {"phase": "fw"}}]}
-    assert ico.predicted_forward(trace) == [("linear", 50.0, 5.0), ("dropout", 300.0, 10.0),
+    assert ico.predicted_ops(trace) == [("linear", 50.0, 5.0), ("dropout", 300.0, 10.0),
                                             ("cross_entropy_loss", 9.0, 2.0)]
 
 
