@@ -223,10 +223,10 @@ def predicted_runs(home: Path, log: list[str], families: tuple[str, ...] = ("tra
 
 def begin(program: str, doc: str, count: str, default: int, count_help: str, title: str,
           what: str) -> tuple[argparse.Namespace, list[str]]:
-    """Parse the arguments both forward diagnoses take (the workspace, ``--<count>`` of at least 2, ``--top`` op
-    names, ``--out`` Markdown file; exit 2 with one line where a count is out of range), set the process up to time
-    as `collect workload` does (one thread, pmdb's allocator settings): the options, and the report's title and host
-    lines (``what``: a format string of the options)."""
+    """Parse the arguments both step diagnoses take (the workspace, ``--<count>`` of at least 2, ``--top`` op
+    names, ``--out`` Markdown file; exit 2 with one line where a count is out of range or the workspace is missing),
+    set the process up to time as `collect workload` does (one thread, pmdb's allocator settings): the options, and
+    the report's title and host lines (``what``: a format string of the options)."""
     import torch
 
     from collectors.workloads.allocator import apply_in_process
@@ -239,6 +239,12 @@ def begin(program: str, doc: str, count: str, default: int, count_help: str, tit
     opts = parser.parse_args()
     if getattr(opts, count) < 2 or opts.top < 1:
         print(f"{program}: --{count} must be at least 2 and --top at least 1", file=sys.stderr)
+        sys.exit(2)
+    from pmdb.config import Workspace
+
+    if not Workspace(opts.workspace.resolve()).db_path.is_file():
+        print(f"{program}: no pmdb workspace at {opts.workspace} (run `make demo`, or point at a pmdb-workspace)",
+              file=sys.stderr)
         sys.exit(2)
     apply_in_process()
     torch.set_num_threads(1)

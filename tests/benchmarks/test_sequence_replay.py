@@ -121,3 +121,17 @@ def test_a_dlrm_forward_is_recorded_replayed_and_timed():
     assert "linear" in names and "bmm" in names and names[-1] == "binary_cross_entropy"
     assert len(forward.real) == len(forward.totals) == 2 and len(forward.sequence) == len(forward.calls)
     assert all(us > 0 for us in forward.sequence)
+
+
+def test_a_missing_workspace_or_a_bad_count_is_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "sequence_replay.py"
+    for args, said in (([str(tmp_path / "none")], "no pmdb workspace at"), ([str(tmp_path), "--rounds", "1"],
+                                                                              "--rounds must be at least 2")):
+        done = subprocess.run([sys.executable, str(script), *args],
+                              capture_output=True, text=True)
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.count("\n") == 1 and said in done.stderr
