@@ -160,7 +160,7 @@ def _children(obj: Any) -> Iterable[Any]:
         yield obj.__self__
         yield obj.__func__
         return
-    if type(obj).__module__.startswith("torch") and hasattr(obj, "next_functions"):  # an autograd node
+    if isinstance(obj, torch.autograd.graph.Node):  # an autograd node (torch's generated ones are 'builtins' types)
         for name in dir(obj):
             if name.startswith("_saved_"):
                 try:

@@ -34,6 +34,12 @@ def test_operands_of_a_forward_and_of_its_backward_each_once():
     out, grad = built.keep[0], built.keep[1]
     # the backward reads the output gradient and the saved operands of mm, reached through the autograd graph
     assert _span(bwd, grad) and _span(bwd, a) and _span(bwd, b) and _span(bwd, out)
+    # tensors only the graph holds: layer_norm saves its mean and 1/std (the node's type is a 'builtins' one)
+    x = torch.rand(8, 16, requires_grad=True)
+    normed = torch.nn.functional.layer_norm(x, (16,))
+    node = normed.grad_fn
+    graph_only = cache_evict.operand_ranges(lambda: normed.sum())
+    assert _span(graph_only, node._saved_result1) and _span(graph_only, node._saved_result2)
     module = torch.nn.Linear(8, 4)
     ranges = cache_evict.operand_ranges(lambda: module(torch.ones(2, 8)))
     assert _span(ranges, module.weight) and _span(ranges, module.bias)
