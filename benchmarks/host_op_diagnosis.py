@@ -3,6 +3,8 @@
 For every single-rank CPU workload run of a workspace that has a model-mode prediction, the predicted iteration is
 exported as a timeline (``pmdb predict --trace-set N --export-trace``: every op at its simulated time with its
 predicted and traced µs) and summed per op name over one iteration: predicted against traced, the largest gaps first.
+Its GEMMs are summed per phase too, apart for those right after another GEMM and those after other work, since a
+forward GEMM after elementwise work runs slower than its microbenchmark (``benchmarks/vector_idle.py``).
 The iteration itself is split the same way: the unprofiled ground truth, the profiled (traced) iteration, the
 prediction, and the op sums, so that what is left is the host's gaps between ops (T1). Run it on workspaces of each
 host (`make demo`'s `pmdb-workspace`) to see which ops move between hosts, and by how much. Each run also lists its
@@ -147,6 +149,59 @@ def predicted_phases(trace: dict) -> dict[str, tuple[float, float]]:
     return {phase: (ops, t1) for phase, (ops, t1) in out.items()}
 
 
+GEMM_FORWARD = frozenset({"aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+                          "aten::einsum"})
+GEMM_BACKWARD = ("AddmmBackward", "MmBackward", "BmmBackward", "BaddbmmBackward", "LinearBackward")
+AFTER_OTHER_WORK_US = 200.0   # a GEMM "after other work": at least this much predicted non-GEMM time since the last
+
+
+def is_gemm(op: str) -> bool:
+    """Whether a top-level op of a timeline runs dense multiply-adds: a forward GEMM call or its backward node."""
+    return op in GEMM_FORWARD or any(name in op for name in GEMM_BACKWARD)
+
+
+def gemm_phase_sums(trace: dict) -> dict[tuple[str, str], list[float]]:
+    """{(phase, 'right after a GEMM' or 'after other work'): [predicted µs, traced µs, calls]} of the top-level
+    GEMM ops of an exported timeline, per iteration. A GEMM is "after other work" when the predicted prices and
+    gaps of the non-GEMM ops since the previous GEMM reach :data:`AFTER_OTHER_WORK_US` (the first GEMM of each
+    phase counts what ran since the last one of the phase before). Predicted and traced come from the same
+    profiled iterations, so the host's phase falls on both phases alike."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    meta = trace.get("pmdb", {}) if isinstance(trace, dict) else {}
+    iters = max(1, int(meta.get("iterations_predicted") or 1))
+    ops = sorted((e for e in events if e.get("ph") == "X" and (e.get("args") or {}).get("phase")
+                  and "predicted_us" in e["args"] and "traced_us" in e["args"] and "op" in e["args"]),
+                 key=lambda e: float(e.get("ts") or 0.0))
+    out: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    since = 0.0
+    for event in ops:
+        args = event["args"]
+        phase = "fw" if args["phase"] == "loss" else args["phase"]
+        if not is_gemm(str(args["op"])):
+            since += float(args["predicted_us"]) + float(args.get("t1_us") or 0.0)
+            continue
+        row = out[(phase, "after other work" if since >= AFTER_OTHER_WORK_US else "right after a GEMM")]
+        row[0] += float(args["predicted_us"]) / iters
+        row[1] += float(args["traced_us"]) / iters
+        row[2] += 1.0 / iters
+        since = 0.0
+    return dict(out)
+
+
+def gemm_lines(sums: dict[tuple[str, str], list[float]]) -> list[str]:
+    """The table of :func:`gemm_phase_sums`: traced over predicted per phase and kind of GEMM."""
+    if not sums:
+        return []
+    lines = [f"GEMMs per phase (top-level calls; \"after other work\": >= {AFTER_OTHER_WORK_US:.0f} µs of predicted "
+             f"non-GEMM work since the previous GEMM), traced against predicted in the same profiled iterations (traced "
+             f"times carry the profiler's own cost per recorded event, see --profiler-tax):", "",
+             "| phase | GEMMs | calls | predicted µs | traced µs | traced / predicted |", "|---|---|---|---|---|---|"]
+    for (phase, kind), (predicted, traced, calls) in sorted(sums.items()):
+        ratio = f"x{traced / predicted:.2f}" if predicted > 0 else "-"
+        lines.append(f"| {phase} | {kind} | {calls:g} | {predicted:.0f} | {traced:.0f} | {ratio} |")
+    return lines + [""]
+
+
 def trainer_of(family: str, config: dict, batch_size: int, steps: int):
     """The single-rank trainer of a stored workload (its stored config), on the CPU, seed 0, warmed up on its first
     min(steps, 20) batches (the optimizer's state exists, the allocator's heap has grown); and those batch ids."""
@@ -256,6 +311,7 @@ def main() -> None:
                 lines.append(f"| {name} | {n / iters:g} | {p:.0f} | {t:.0f} | {p - t:+.0f} | "
                              f"{100 * (p / t - 1) if t else float('nan'):+.1f}% |")
             lines.append("")
+            lines += gemm_lines(gemm_phase_sums(trace))
             if opts.phases and run["family"] in ("dlrm", "transformer"):
                 measured = measured_phases(run["family"], json.loads(run["config"]), int(run["batch_size"]),
                                            opts.phases)

@@ -56,3 +56,25 @@ def test_a_bad_option_is_one_line(monkeypatch, tmp_path, capsys):
         diag.main()
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and "--phases" in err
+
+
+def test_gemms_are_summed_per_phase_and_by_what_ran_before_them():
+    diag = _module()
+
+    def op(ts, name, phase, predicted, traced, t1=0.0):
+        return {"ph": "X", "ts": ts, "args": {"op": name, "phase": phase, "predicted_us": predicted,
+                                               "traced_us": traced, "t1_us": t1}}
+    events = [op(0, "aten::linear", "fw", 100.0, 150.0),
+              op(1, "aten::linear", "fw", 100.0, 110.0),            # right after a GEMM
+              op(2, "aten::dropout", "fw", 150.0, 160.0, t1=60.0),   # 210 µs of other work
+              op(3, "aten::linear", "fw", 100.0, 300.0),            # after other work
+              op(4, "aten::cross_entropy_loss", "loss", 20.0, 25.0),
+              op(5, "autograd::engine::evaluate_function: AddmmBackward0", "bw", 200.0, 210.0),
+              op(6, "aten::add_", "optimizer", 5.0, 6.0)]
+    sums = diag.gemm_phase_sums({"traceEvents": events, "pmdb": {"iterations_predicted": 1}})
+    # the first GEMM has no other work before it: it counts as right after one
+    assert sums == {("fw", "right after a GEMM"): [200.0, 260.0, 2.0], ("fw", "after other work"): [100.0, 300.0, 1.0],
+                    ("bw", "right after a GEMM"): [200.0, 210.0, 1.0]}
+    table = diag.gemm_lines(sums)
+    assert "| fw | after other work | 1 | 100 | 300 | x3.00 |" in table
+    assert diag.gemm_lines({}) == [] and not diag.is_gemm("aten::add") and diag.is_gemm("aten::einsum")
