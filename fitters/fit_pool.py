@@ -34,11 +34,23 @@ def default_jobs() -> int:
     return max(1, min(cores, MAX_JOBS))
 
 
-def _start_worker() -> None:
-    """A worker ignores Ctrl-C (the fit decides) and yields the CPU to the registering process
-    (:mod:`fitters.niceness`)."""
+def _start_worker(started: Any) -> None:
+    """A worker says its process id on ``started`` (a queue the pool reads to stop it), ignores Ctrl-C (the fit
+    decides) and yields the CPU to the registering process (:mod:`fitters.niceness`)."""
+    started.put(os.getpid())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     lower_priority()
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent process id of ``pid`` (Linux /proc), None where it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()   # after "pid (name) ": state, ppid, ...
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 def train(fit_kernel: Callable[..., Model], family: str, training: TrainingSet, seed: int, budget_s: float,
@@ -58,8 +70,11 @@ class FitPool:
 
     def __init__(self, jobs: int):
         self.jobs = jobs
-        self._executor = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_start_worker)
+        context = multiprocessing.get_context("spawn")
+        self._started = context.SimpleQueue()   # each worker's process id, as it starts
+        self._workers: set[int] = set()
+        self._executor = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker,
+                                             initargs=(self._started,))
 
     def __enter__(self) -> "FitPool":
         return self
@@ -85,10 +100,20 @@ class FitPool:
     def close(self, cancel: bool = False) -> None:
         """Stop the workers: after the searches in flight when the fit went well, at once when it did not."""
         if cancel:
-            for process in list(getattr(self._executor, "_processes", {}).values()):
-                if process.is_alive():
-                    process.kill()
+            for pid in self.worker_pids():
+                if _parent_of(pid) == os.getpid():   # still our worker, not a process that took its id since
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
         self._executor.shutdown(wait=True, cancel_futures=cancel)
+        self._started.close()
+
+    def worker_pids(self) -> set[int]:
+        """The process ids of the workers started so far (some may have ended since)."""
+        while not self._started.empty():
+            self._workers.add(int(self._started.get()))
+        return set(self._workers)
 
     @staticmethod
     def _dead(label: str | None = None) -> PmdbError:

@@ -1,7 +1,9 @@
 """`pmdb fit --jobs N`: the learned searches in worker processes give the versions, numbers and models of one
-process (a real store, a real MLflow registry, real spawned workers); a worker that dies is one clear error."""
+process (a real store, a real MLflow registry, real spawned workers); a worker that dies is one clear error; a fit
+that fails stops its busy workers at once."""
 import os
 import shutil
+import time
 
 import numpy as np
 import pandas as pd
@@ -91,3 +93,24 @@ def test_weight_files_kept_by_a_worker_are_the_files_a_save_writes(tmp_path, syn
     assert sorted(p.name for p in kept.iterdir()) == sorted(p.name for p in direct.iterdir())
     assert (kept / "model.json").read_text() == (direct / "model.json").read_text()
     assert np.array_equal(load_dir(kept).predict(params), load_dir(direct).predict(params))
+
+
+def _sleep(*_args):
+    time.sleep(120)
+
+
+def test_a_fit_that_fails_stops_its_busy_workers_at_once():
+    """Leaving the pool on an error kills the workers still searching (their ids come from the workers
+    themselves, not from the executor's internals) instead of waiting for their searches."""
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="the fit failed"):
+        with FitPool(1) as pool:
+            pool.submit(_sleep, "mlp", None, 0, 1.0, SMALL, 2)
+            deadline = time.monotonic() + 60
+            while not pool.worker_pids() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            (pid,) = pool.worker_pids()
+            raise RuntimeError("the fit failed")
+    assert time.monotonic() - started < 60          # not the two minutes the search would take
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
