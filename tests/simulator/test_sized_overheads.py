@@ -55,8 +55,11 @@ def test_a_small_call_is_priced_by_its_own_size_class(store, masks_trace):
     assert traced_big > 5 * traced_small                                    # the big call's own work shows
     for op in small:
         assert priced[id(op)] < 3 * traced_small < traced_big                # its own class, not the big one's
+    # the big call by its own class: far above the small one's price (x18-28 measured), and in its own traced
+    # time's range (x0.70-0.84 of it, three runs alone; the one traced iteration ran 3x slow under `make test`'s two
+    # workers once, so not within 3x of it)
     for op in big:
-        assert priced[id(op)] > traced_big / 3
+        assert priced[id(op)] > 5 * max(priced[id(s)] for s in small) and priced[id(op)] > traced_big / 10
     by_name = Overheads(overheads.version, overheads.table)                  # the same table without its classes
     mixed = ModelTiming(ModelSet(), by_name, Semantics.SYNC_HOST)
     mixed.programs(graph)
