@@ -33,6 +33,7 @@ import tempfile
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -112,7 +113,7 @@ def timeline(home: Path, trace_set: int, path: Path, log: list[str]) -> dict:
 def per_op(trace: dict) -> tuple[dict[str, list[float]], dict]:
     """{op name: [predicted µs, traced µs, count]} over the predicted host ops of one iteration, and the metadata."""
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    events, meta, _ = timeline_events(trace)
     for event in events:
         args = event.get("args") or {}
         if event.get("ph") != "X" or "predicted_us" not in args or "op" not in args or "traced_us" not in args:
@@ -123,7 +124,6 @@ def per_op(trace: dict) -> tuple[dict[str, list[float]], dict]:
         row[0] += float(args["predicted_us"])
         row[1] += float(args["traced_us"])
         row[2] += 1
-    meta = trace.get("pmdb", {}) if isinstance(trace, dict) else {}
     return dict(sums), meta
 
 
@@ -131,13 +131,19 @@ PHASE_ROWS = (("zero_grad", "zero_grad"), ("forward + loss", "fw"), ("backward",
               ("optimizer step", "optimizer"))
 
 
+def timeline_events(trace: Any) -> tuple[list[dict], dict, int]:
+    """An exported timeline's events, its ``pmdb`` metadata and how many iterations it predicted (at least 1):
+    per-iteration sums divide by the last."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    meta = trace.get("pmdb", {}) if isinstance(trace, dict) else {}
+    return events, meta, max(1, int(meta.get("iterations_predicted") or 1))
+
+
 def predicted_phases(trace: dict) -> dict[str, tuple[float, float]]:
     """Per phase (fw, loss, bw, optimizer) of an exported timeline: (its top-level op prices, the T1 gaps before
     them), µs per iteration. Loss ops count with the forward, as a forward timed up to ``loss`` holds them."""
     out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    meta = trace.get("pmdb", {}) if isinstance(trace, dict) else {}
-    iters = max(1, int(meta.get("iterations_predicted") or 1))
+    events, _, iters = timeline_events(trace)
     for event in events:
         args = event.get("args") or {}
         phase = args.get("phase")
@@ -149,15 +155,14 @@ def predicted_phases(trace: dict) -> dict[str, tuple[float, float]]:
     return {phase: (ops, t1) for phase, (ops, t1) in out.items()}
 
 
-GEMM_FORWARD = frozenset({"aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::matmul",
-                          "aten::einsum"})
+GEMMS = ("linear", "addmm", "matmul", "bmm", "einsum", "mm", "baddbmm")   # forward GEMM calls, by short name
 GEMM_BACKWARD = ("AddmmBackward", "MmBackward", "BmmBackward", "BaddbmmBackward", "LinearBackward")
 AFTER_OTHER_WORK_US = 200.0   # a GEMM "after other work": at least this much predicted non-GEMM time since the last
 
 
 def is_gemm(op: str) -> bool:
     """Whether a top-level op of a timeline runs dense multiply-adds: a forward GEMM call or its backward node."""
-    return op in GEMM_FORWARD or any(name in op for name in GEMM_BACKWARD)
+    return (op.startswith("aten::") and op.split("::")[-1] in GEMMS) or any(name in op for name in GEMM_BACKWARD)
 
 
 def gemm_phase_sums(trace: dict) -> dict[tuple[str, str], list[float]]:
@@ -166,9 +171,7 @@ def gemm_phase_sums(trace: dict) -> dict[tuple[str, str], list[float]]:
     gaps of the non-GEMM ops since the previous GEMM reach :data:`AFTER_OTHER_WORK_US` (the first GEMM of each
     phase counts what ran since the last one of the phase before). Predicted and traced come from the same
     profiled iterations, so the host's phase falls on both phases alike."""
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    meta = trace.get("pmdb", {}) if isinstance(trace, dict) else {}
-    iters = max(1, int(meta.get("iterations_predicted") or 1))
+    events, _, iters = timeline_events(trace)
     ops = sorted((e for e in events if e.get("ph") == "X" and (e.get("args") or {}).get("phase")
                   and "predicted_us" in e["args"] and "traced_us" in e["args"] and "op" in e["args"]),
                  key=lambda e: float(e.get("ts") or 0.0))
@@ -193,8 +196,8 @@ def gemm_lines(sums: dict[tuple[str, str], list[float]]) -> list[str]:
     if not sums:
         return []
     lines = [f"GEMMs per phase (top-level calls; \"after other work\": >= {AFTER_OTHER_WORK_US:.0f} µs of predicted "
-             f"non-GEMM work since the previous GEMM), traced against predicted in the same profiled iterations (traced "
-             f"times carry the profiler's own cost per recorded event, see --profiler-tax):", "",
+             f"non-GEMM work since the previous GEMM), traced against predicted in the same profiled iterations "
+             f"(traced times carry the profiler's own cost per recorded event, see --profiler-tax):", "",
              "| phase | GEMMs | calls | predicted µs | traced µs | traced / predicted |", "|---|---|---|---|---|---|"]
     for (phase, kind), (predicted, traced, calls) in sorted(sums.items()):
         ratio = f"x{traced / predicted:.2f}" if predicted > 0 else "-"
@@ -294,7 +297,7 @@ def main() -> None:
             ts = int(run["trace_set_id"])
             trace = timeline(home, ts, Path(tmp) / f"ts{ts}.json", log)
             ops, meta = per_op(trace)
-            iters = max(1, int(meta.get("iterations_predicted") or 1))
+            iters = timeline_events(trace)[2]
             pred_ops = sum(v[0] for v in ops.values()) / iters
             traced_ops = sum(v[1] for v in ops.values()) / iters
             predicted = float(meta.get("isolated_us") or run["predicted_us"] or 0.0)

@@ -38,10 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from host_op_diagnosis import runs, timeline, trainer_of  # noqa: E402
+from host_op_diagnosis import GEMMS, runs, timeline, timeline_events, trainer_of  # noqa: E402
 from pmdb_commands import emit, host_line  # noqa: E402
 
-GEMMS = ("linear", "addmm", "matmul", "bmm", "einsum", "mm", "baddbmm")
 PACE_EVERY = 20   # steps between two pace probes
 ALIASES = {"getitem": "index"}   # a torch function's name -> the aten name its trace op carries, where they differ
 
@@ -56,9 +55,7 @@ def short(name: str) -> str:
 def predicted_ops(trace: dict, phases: tuple[str, ...] = ("fw", "loss")) -> list[tuple[str, float, float]]:
     """(short op name, predicted µs, T1 µs before it) of the top-level ops of ``phases`` (default the forward and
     the loss) of one predicted iteration, in order."""
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    meta = trace.get("pmdb", {}) if isinstance(trace, dict) else {}
-    iters = max(1, int(meta.get("iterations_predicted") or 1))
+    events, _, iters = timeline_events(trace)
     ops = [(short(str(a["op"])), float(a["predicted_us"]), float(a.get("t1_us") or 0.0))
            for e in events if e.get("ph") == "X" and (a := e.get("args") or {}).get("phase") in phases
            and "predicted_us" in a and "op" in a]
@@ -68,6 +65,15 @@ def predicted_ops(trace: dict, phases: tuple[str, ...] = ("fw", "loss")) -> list
 def name_of(func: Any) -> str:
     """A torch function's name as Python knows it ('linear', '__add__', '__get__')."""
     return getattr(func, "__name__", str(func))
+
+
+def tensors_in(*values: Any) -> list[Any]:
+    """The tensors in ``values`` (nested tuples, lists and dicts walked; nothing reached through a tensor: not its
+    autograd graph, whose saved tensors the op does not read)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [leaf for leaf in tree_leaves(values) if isinstance(leaf, torch.Tensor)]
 
 
 def outermost_mode(record: Callable[[Any, tuple, dict, float], None]) -> Any:

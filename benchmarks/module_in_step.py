@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 from host_op_diagnosis import trainer_of  # noqa: E402
-from in_context_ops import begin, trainer_runs  # noqa: E402
+from in_context_ops import begin, tensors_in, trainer_runs  # noqa: E402
 from pmdb_commands import emit  # noqa: E402
 
 FAMILIES = ("dlrm", "transformer")
@@ -71,14 +71,6 @@ def _detached(value: Any) -> Any:
     from torch.utils._pytree import tree_map_only
 
     return tree_map_only(torch.Tensor, lambda t: t.detach().requires_grad_(t.requires_grad), value)
-
-
-def _tensors(value: Any) -> list[Any]:
-    """The tensors in ``value`` (nested tuples, lists and dicts)."""
-    import torch
-    from torch.utils._pytree import tree_leaves
-
-    return [leaf for leaf in tree_leaves(value) if isinstance(leaf, torch.Tensor)]
 
 
 class ModuleClock:
@@ -112,7 +104,7 @@ class ModuleClock:
         return hook
 
     def _post(self):
-        def hook(module: Any, args: tuple, kwargs_or_out: Any, out: Any = None) -> None:
+        def hook(module: Any, args: tuple, output: Any) -> None:
             elapsed = (time.perf_counter_ns() - self._started) / 1e3
             if self.state is not None and self._index < len(self.calls):
                 self.calls[self._index].times[self.state].append(elapsed)
@@ -142,7 +134,7 @@ class ModuleClock:
             module(*args, **kwargs)
             if self.evictor is not None:
                 owned = list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
-                self.evictor.evict(cache_evict.storage_ranges(_tensors((args, kwargs)) + owned))
+                self.evictor.evict(cache_evict.storage_ranges(tensors_in(args, kwargs) + owned))
                 self.state = "flushed"
                 module(*args, **kwargs)
             self.state = None

@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from host_op_diagnosis import trainer_of  # noqa: E402
 from in_context_ops import (GEMMS, begin, name_of, outermost_mode, predicted_ops, predicted_runs,  # noqa: E402
-                            short)
+                            short, tensors_in)
 from pmdb_commands import emit  # noqa: E402
 
 STATES = ("warm", "inputs flushed", "+ output flushed", "+ code cold")
@@ -132,21 +132,12 @@ def replay_once(calls: list[Call]) -> tuple[list[float], float]:
     return per, total
 
 
-def _tensors(*values: Any) -> list[Any]:
-    """The tensors in ``values`` (nested tuples, lists and dicts walked; nothing reached through a tensor: not its
-    autograd graph, whose saved tensors the op does not read)."""
-    import torch
-    from torch.utils._pytree import tree_leaves
-
-    return [leaf for leaf in tree_leaves(values) if isinstance(leaf, torch.Tensor)]
-
-
 def _storages(value: Any) -> list[tuple[int, int]]:
     """(address, bytes) of each CPU storage behind the tensors of ``value`` (a tensor, or nested tuples, lists and
     dicts of them), each storage once."""
     from collectors.ops.cache_evict import storage_ranges
 
-    return storage_ranges(_tensors(value))
+    return storage_ranges(tensors_in(value))
 
 
 def tiny_ops() -> list[Callable[[], Any]]:
