@@ -38,20 +38,33 @@ def test_the_recorded_calls_replay_to_the_same_loss(bert):
     assert final and torch.equal(final[-1], loss)      # the loss, recomputed by the last scalar call from its arguments
 
 
+ROUNDS = 5
+
+
 def test_each_call_is_timed_in_sequence_and_alone_in_every_state(bert):
     sr, trainer, ids = bert
     trainer.model.train(True)
     batch = trainer.batches[ids[0]]
     calls, loss = sr.record_forward(lambda: trainer.model(**batch).loss)
     loss.backward()
-    sequence, total = sr.replay_once(calls)
-    assert len(sequence) == len(calls) and all(us > 0 for us in sequence) and total >= sum(sequence)
-    times = sr.Alone(calls).round()
+    import statistics
+
+    replays = [sr.replay_once(calls) for _ in range(ROUNDS)]
+    for sequence, total in replays:
+        assert len(sequence) == len(calls) and all(us > 0 for us in sequence) and total >= sum(sequence)
+    alone = sr.Alone(calls)
+    rounds = [alone.round() for _ in range(ROUNDS)]
     from collectors.ops import cache_evict
 
     states = sr.STATES if cache_evict.load() is not None else sr.STATES[:1]
-    assert list(times) == list(states)
-    assert all(len(values) == len(calls) and all(us > 0 for us in values) for values in times.values())
+    for times in rounds:
+        assert list(times) == list(states)
+        assert all(len(values) == len(calls) and all(us > 0 for us in values) for values in times.values())
+    # per-call medians over the rounds, as the benchmark takes them: one round of a tiny model under make test's two
+    # workers once had its replay faster than its warm calls (the share of the gap then has no gap to divide by)
+    sequence = [statistics.median(r[0][k] for r in replays) for k in range(len(calls))]
+    total = statistics.median(t for _, t in replays)
+    times = {state: [statistics.median(r[state][k] for r in rounds) for k in range(len(calls))] for state in states}
     real = [sr.real_step("transformer", trainer, trainer.batches[i]) for i in ids[:2]]
     assert len(real) == 2 and all(fw > 0 and bw > 0 for fw, bw in real)
     real = [fw for fw, _ in real]
