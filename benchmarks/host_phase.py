@@ -54,7 +54,7 @@ def build_step(workload: str, steps: int) -> Callable[[], list[float]]:
 
         cfg: Any = preset("dlrm_mixed")
     else:
-        from collectors.workloads.transformer import TransformerConfig
+        from collectors.workloads.transformer_shape import TransformerConfig
 
         cfg = TransformerConfig(arch=workload, layers=2, hidden=64, heads=4, seq_len=64, batch_size=8)
     trainer = make_trainer("dlrm" if workload == "dlrm" else "transformer", cfg, torch.device("cpu"))

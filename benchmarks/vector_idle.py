@@ -158,7 +158,8 @@ def kinds_before(reps: int, seed: int = 0) -> dict[str, float]:
 def in_step(steps: int) -> dict[str, dict[str, float]]:
     """Part 3: median µs per mode ('train', 'eval') of the forward, backward and optimizer step and of the layers'
     feed-forward up-projection."""
-    from collectors.workloads.transformer import TransformerConfig, TransformerTrainer
+    from collectors.workloads.transformer import TransformerTrainer
+    from collectors.workloads.transformer_shape import TransformerConfig
 
     cfg = TransformerConfig(arch="bert", layers=2, hidden=64, heads=4, seq_len=64, batch_size=8)
     trainer = TransformerTrainer(cfg, 0, 1, 0, torch.device("cpu"))

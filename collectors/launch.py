@@ -12,6 +12,8 @@ fork server is started once per parent process with ``start_env`` in its environ
 start (glibc's MALLOC_*) take effect in every rank forked from it, so a rank should record what its environment
 holds rather than trust what was asked. Per-launch variables (``rank_env``) are set by each rank itself.
 
+:func:`prestart` starts the fork server ahead of the first launch, so that its imports overlap the caller's own work.
+
 From a rank, :func:`tick` advances the parent's progress bar and :func:`send` hands an object to the parent's
 ``on_message(rank, obj)`` while the ranks run.
 
@@ -229,6 +231,17 @@ def _stop(procs: Sequence[Any]) -> None:
         if proc.is_alive():
             proc.kill()
             proc.join(STOP_WAIT_S)
+
+
+def prestart(preload: Sequence[str], start_env: Mapping[str, str] | None = None) -> None:
+    """Start the fork server now, with ``preload`` imported there and ``start_env`` in its environment, and return at
+    once: its imports (seconds of torch) run while the caller goes on. A later :func:`launch` with the forkserver
+    start method uses it; does nothing when one is running already."""
+    from multiprocessing import forkserver
+
+    mp.get_context("forkserver").set_forkserver_preload(list(preload))
+    with _environ(start_env or {}):
+        forkserver.ensure_running()
 
 
 def launch(target: Target, world_size: int, payload: Any, *, start_env: Mapping[str, str] | None = None,

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from collectors.ops import catalogue, memory_limit
+from collectors.ops import DEFAULT_THREADS, catalogue, memory_limit
 from collectors.ops.kernels import kernel_breakdown
 from collectors.ops.catalogue import BuildContext, Built, OpSpec, canonical, thin
 from collectors.ops.summary import SweepSummary
@@ -50,7 +50,6 @@ CACHES = {"warm": ("warm",), "cold": ("cold",), "both": ("warm", "cold")}
 DTYPES = {"float32": torch.float32}
 # One intra-op thread: what each rank of a multi-rank CPU run uses (environment.md), and on a shared 2-core machine
 # two threads make every parallel op wait a scheduler slice whenever the other core is busy. None keeps torch's.
-DEFAULT_THREADS = 1
 _OOM = re.compile(r"out of memory|can't allocate memory|not enough memory|cannot allocate", re.IGNORECASE)
 
 

@@ -1,16 +1,18 @@
 """Turn the options of ``pmdb collect workload`` into a :class:`WorkloadRequest` (every mistake a PmdbError)."""
 from __future__ import annotations
 
+import glob
 import json
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collectors.ops import DEFAULT_THREADS
 from collectors.workloads import dlrm_presets, sharders
 from collectors.workloads.collect import WorkloadRequest
 from collectors.workloads.dlrm_presets import DlrmConfig
 from collectors.workloads.tasks import memory_bytes
-from collectors.workloads.transformer import HEADS, TransformerConfig, load_overrides
+from collectors.workloads.transformer_shape import HEADS, TransformerConfig, build_config, load_overrides
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
 MEMORY_SHARE = 0.8  # a DLRM's tables may use at most this share of host memory
 DEFAULT_SHARDER = "size_lookup_greedy"  # the paper's choice for its E2E tests
 TASK_MLP_PRESET = "dlrm_test"
+# what a GPU torch could use leaves on the host: NVIDIA's driver, ROCm's, WSL's
+GPU_DEVICE_FILES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
 
 
 def default_threads() -> int:
@@ -28,8 +32,6 @@ def default_threads() -> int:
     On a CPU platform the "device" of a rank is one core, so that the kernel models fitted on one-thread
     microbenchmarks describe the ops of every world size; a run with another thread count is predicted with models of
     the wrong device (``pmdb predict`` warns)."""
-    from collectors.ops.sweep import DEFAULT_THREADS
-
     return DEFAULT_THREADS or 1
 
 
@@ -99,7 +101,10 @@ def _common(opts: dict[str, Any], world_size: int) -> dict[str, Any]:
 
 def device_for(world_size: int) -> str:
     """'cuda' (one GPU per rank, NCCL) when CUDA is available, else 'cpu' (gloo). ``world_size``: the ranks on
-    this host (a torchrun job's LOCAL_WORLD_SIZE, set as opts['local_ranks'])."""
+    this host (a torchrun job's LOCAL_WORLD_SIZE, set as opts['local_ranks']). A host without a GPU driver's device
+    files is answered without importing torch (seconds the ranks' fork server spends anyway)."""
+    if not any(glob.glob(pattern) for pattern in GPU_DEVICE_FILES):
+        return "cpu"
     import torch
 
     if not torch.cuda.is_available():
@@ -183,8 +188,6 @@ def transformer_request(opts: dict[str, Any]) -> WorkloadRequest:
     cfg = TransformerConfig(opts["arch"], layers=opts.get("layers"), hidden=opts.get("hidden"),
                             heads=opts.get("heads"), seq_len=opts.get("seq_len") or 64,
                             head=opts.get("head") or "auto", batch_size=batch_size, overrides=overrides)
-    from collectors.workloads.transformer import build_config
-
     build_config(cfg)  # a bad architecture or shape fails here, in one line, before any rank starts
     return WorkloadRequest("transformer", cfg, batch_size, world_size, **_common(opts, world_size))
 

@@ -29,7 +29,7 @@ def stored_config(family: str, stored: dict[str, Any], batch_size: int) -> Any:
         from collectors.workloads.dlrm_presets import from_dict
 
         return from_dict(stored)
-    from collectors.workloads.transformer import TransformerConfig
+    from collectors.workloads.transformer_shape import TransformerConfig
 
     known = {k: v for k, v in stored.items() if k in TransformerConfig.__dataclass_fields__}
     return TransformerConfig(**{**known, "batch_size": batch_size})

@@ -15,7 +15,7 @@ from typing import Any
 from collectors.workloads.allocator import RECORDED
 from collectors.workloads.trainers import make_trainer
 from collectors.workloads.dlrm_presets import DlrmConfig
-from collectors.workloads.transformer import TransformerConfig
+from collectors.workloads.transformer_shape import TransformerConfig
 
 FAMILIES = ("dlrm", "transformer")
 _KEEP: list[Any] = []  # trainers outlive run_rank: the rank process exits without freeing them

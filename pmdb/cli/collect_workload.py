@@ -65,7 +65,7 @@ def workload(
 ) -> None:
     """Measure a training workload: ground truth per rank (no profiler), then a Kineto-only and an execution-trace
     pass per rank, stored as one trace set. With --graph-only: record a transformer step's shapes only."""
-    from collectors.workloads.collect import collect_workload
+    from collectors.workloads.collect import collect_workload, start_ranks
     from collectors.workloads.requests import dlrm_request, transformer_request
     from pmdb import platform as platforms
 
@@ -84,6 +84,8 @@ def workload(
         raise PmdbError("--exchange-dir is for a torchrun job (RANK, WORLD_SIZE, MASTER_ADDR set): without one "
                         "the ranks run on this host and hand their traces over themselves")
     with open_store(ctx) as store:
+        if family in ("dlrm", "transformer"):
+            start_ranks(family)   # the ranks' imports run while the request is checked and the platform found
         if family == "dlrm":
             request = dlrm_request(store, opts)
         elif family == "transformer":

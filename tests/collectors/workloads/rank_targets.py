@@ -65,3 +65,8 @@ def exchange_check(rank: int, world_size: int, payload: tuple) -> dict:
     expected_back = torch.cat([-2 * value(t, sample) for t in own], dim=1) if own else back
     return {"forward": float((out - expected).abs().max()), "backward": float((back - expected_back).abs().max())
             if own else 0.0, "shape": list(out.shape)}
+
+
+def environment_rank(rank: int, world_size: int, payload: str) -> dict:
+    """The variable ``payload`` of a rank's environment, and the process that started the rank."""
+    return {"value": os.environ.get(payload), "parent": os.getppid()}

@@ -63,3 +63,48 @@ def test_dlrm_exchange_routes_rows_and_gradients(targets, plan, world_size):
     for result in out:
         assert result["shape"] == [6, 4 * len(plan)]
         assert result["forward"] == 0.0 and result["backward"] == 0.0
+
+
+def test_the_fork_server_preloads_the_family_it_runs():
+    from collectors.workloads.runner import preload
+
+    assert "fbgemm_gpu" in preload("dlrm") and not any(m.startswith("transformers") for m in preload("dlrm"))
+    assert "collectors.workloads.transformer" in preload("transformer") and "fbgemm_gpu" not in preload("transformer")
+    assert set(preload(None)) == set(preload("dlrm")) | set(preload("transformer"))
+
+
+def test_the_parent_of_a_run_reads_requests_without_torch():
+    """What the parent of `collect workload` imports to build a request and launch leaves torch to the ranks' fork
+    server (seconds per run on a 2-core host)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom collectors.workloads import collect, requests, runner, transformer_shape, worker\n"
+            "print(requests.default_threads(), sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "[]"]
+
+
+def test_a_fork_server_started_ahead_serves_the_launch_with_its_environment(tmp_path):
+    """prestart returns while the server imports; the launch after it forks its ranks from that server, which holds
+    the start environment (in a fresh interpreter: this process may have a fork server already)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import os, sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from collectors import launch
+started = time.monotonic()
+launch.prestart(("json",), {{"PMDB_PRESTART_CHECK": "yes"}})
+assert time.monotonic() - started < 1.0, "prestart waited for the server"
+assert "PMDB_PRESTART_CHECK" not in os.environ
+from multiprocessing import forkserver
+server = forkserver._forkserver._forkserver_pid
+import rank_targets
+out = launch.launch(rank_targets.environment_rank, 2, "PMDB_PRESTART_CHECK", preload=("json",))
+assert all(r["value"] == "yes" and r["parent"] == server for r in out), (out, server)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -4,7 +4,7 @@ import torch
 
 from collectors.workloads.dlrm_presets import preset
 from collectors.workloads.trainers import make_trainer, stored_config
-from collectors.workloads.transformer import TransformerConfig
+from collectors.workloads.transformer_shape import TransformerConfig
 
 
 def test_stored_configs_rebuild_the_same_config():

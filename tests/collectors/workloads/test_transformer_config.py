@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from collectors.workloads.transformer import TransformerConfig, TransformerTrainer, build_config
+from collectors.workloads.transformer import TransformerTrainer
+from collectors.workloads.transformer_shape import TransformerConfig, build_config
 from pmdb.errors import PmdbError
 
 
