@@ -111,7 +111,9 @@ def train(module: nn.Module, fit_inputs: tuple[torch.Tensor, ...], fit_y: torch.
     ``deadline`` (time.monotonic(), s) is a safety cap checked after ``config.min_epochs``: stopping there sets
     ``capped``."""
     generator = torch.Generator().manual_seed(seed)
-    optimiser = torch.optim.Adam(module.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+    # foreach: one multi-tensor update per step instead of a loop over parameters (the same numbers; torch's default
+    # takes it on GPUs only): a fifth of a small model's step on a 2-core host
+    optimiser = torch.optim.Adam(module.parameters(), lr=lr, weight_decay=WEIGHT_DECAY, foreach=True)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimiser, factor=0.5, patience=max(config.patience // 3, 5))
     loss_fn = nn.HuberLoss(delta=HUBER_DELTA) if config.loss == "huber" else nn.MSELoss()
     n = fit_y.shape[0]
