@@ -68,13 +68,13 @@ class WorkloadRequest:
         return self.config.name if self.family == "dlrm" else self.config.arch
 
 
-def start_ranks(family: str) -> None:
-    """Start the fork server of a ``family`` workload's ranks now, under the allocator settings its launches use:
-    its imports (torch and the family's modules, ~5 s on a 2-core host) overlap what the caller does before
+def start_ranks() -> None:
+    """Start the fork server of the workload ranks now, under the allocator settings its launches use: its imports
+    (torch and the workload modules, ~8 s on a 2-core host) overlap what the caller does before
     :func:`collect_workload` (checking the request and detecting the platform import torch in this process too)."""
     from collectors.workloads.runner import prestart
 
-    prestart(family, allocator_env())
+    prestart(allocator_env())
 
 
 def collect_workload(store: Store, platform: str, request: WorkloadRequest, args: dict[str, Any]) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def _launch_and_store(store: Store, run_id: str, platform: str, request: Workloa
         this = job if k == 0 else replace(job, trace_iters=0)
         label = request.name if request.repeats == 1 else f"{request.name} {k + 1}/{request.repeats}"
         try:
-            launches.append(launch(run_rank, request.world_size, this, family=request.family, start_env=env,
+            launches.append(launch(run_rank, request.world_size, this, start_env=env,
                                    rank_env={"OMP_NUM_THREADS": str(request.threads)}, log_dir=work,
                                    timeout_s=request.timeout_s, progress=(label, this.total_steps)))
         except RankFailed as exc:

@@ -85,7 +85,7 @@ def workload(
                         "the ranks run on this host and hand their traces over themselves")
     with open_store(ctx) as store:
         if family in ("dlrm", "transformer"):
-            start_ranks(family)   # the ranks' imports run while the request is checked and the platform found
+            start_ranks()   # the ranks' imports run while the request is checked and the platform found
         if family == "dlrm":
             request = dlrm_request(store, opts)
         elif family == "transformer":

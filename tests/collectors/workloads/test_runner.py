@@ -65,14 +65,6 @@ def test_dlrm_exchange_routes_rows_and_gradients(targets, plan, world_size):
         assert result["forward"] == 0.0 and result["backward"] == 0.0
 
 
-def test_the_fork_server_preloads_the_family_it_runs():
-    from collectors.workloads.runner import preload
-
-    assert "fbgemm_gpu" in preload("dlrm") and not any(m.startswith("transformers") for m in preload("dlrm"))
-    assert "collectors.workloads.transformer" in preload("transformer") and "fbgemm_gpu" not in preload("transformer")
-    assert set(preload(None)) == set(preload("dlrm")) | set(preload("transformer"))
-
-
 def test_the_parent_of_a_run_reads_requests_without_torch():
     """What the parent of `collect workload` imports to build a request and launch leaves torch to the ranks' fork
     server (seconds per run on a 2-core host)."""
