@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from collectors.ops.sweep import Item, Sweep, SweepOptions
 from collectors.ops.timer import TimerSettings
 from pmdb import platform as platforms
@@ -11,9 +13,12 @@ from pmdb import platform as platforms
 TABLE_ROWS, TABLE_DIM = 100_000, 128          # 51 MB per table: far above any leak of bookkeeping
 CONFIGS = 6
 TABLE_BYTES = TABLE_ROWS * TABLE_DIM * 4       # 51.2 MB (48.8 MiB)
-# measured: 0-1 MB with the fix, 253 MB (a table per config) before; once, in a fresh-clone suite, 48.05 MiB: the
-# heap (mmap off, pmdb's malloc settings) kept one table-sized block for reuse and stayed there for the later
-# configs. A leak grows by a table per config: at most one table, and none over the second half of the sweep.
+# measured: 0-1 MB with the fix, 253 MB (a table per config) before. The tables are all of one size (the configs differ
+# in their pooling factor): tables growing from config to config (as this test had them until 2026-11-30) let the heap
+# (mmap off, pmdb's malloc settings) keep a freed table-sized block that the next, larger, table could not reuse: with
+# a heap already holding freed blocks of other sizes (as a test process's does), RSS rose by 51 MiB at the 9th of 12
+# measurements, once in a fresh-clone suite and every time with the block freed below, against 0-2 MiB with equal
+# tables. A leak grows by a table per config: at most one table, and none over the second half of the sweep.
 BOUND_BYTES = int(1.5 * TABLE_BYTES)
 LATE_BOUND_BYTES = TABLE_BYTES // 2
 
@@ -35,8 +40,10 @@ class _Probe(Sweep):
 
 
 def test_rss_stays_flat_across_big_embedding_configs(store):
+    blocks = [torch.ones(n) for n in (3_000_000, 13_000_000, 7_000_000, 20_000_000)]   # a heap with a hole:
+    del blocks[1]   # 52 MB freed between blocks still held
     platform = platforms.register_local(store, None)["name"]
-    configs = [{"B": 256, "E": [TABLE_ROWS + 1000 * i], "D": [TABLE_DIM], "L": [8.0]} for i in range(CONFIGS)]
+    configs = [{"B": 256, "E": [TABLE_ROWS], "D": [TABLE_DIM], "L": [8.0 + i]} for i in range(CONFIGS)]
     options = SweepOptions(ops=["embedding_lookup"], configs=configs, cache="warm",
                            settings=TimerSettings(warmup=1, min_reps=2, max_reps=2, min_time_us=0.0))
     with store.run("ops", platform, {}) as run:
