@@ -8,6 +8,7 @@ import torch
 
 from collectors.ops.sweep import Item, Sweep, SweepOptions
 from collectors.ops.timer import TimerSettings
+from collectors.workloads.allocator import apply_in_process
 from pmdb import platform as platforms
 
 TABLE_ROWS, TABLE_DIM = 100_000, 128          # 51 MB per table: far above any leak of bookkeeping
@@ -15,10 +16,10 @@ CONFIGS = 6
 TABLE_BYTES = TABLE_ROWS * TABLE_DIM * 4       # 51.2 MB (48.8 MiB)
 # measured: 0-1 MB with the fix, 253 MB (a table per config) before. The tables are all of one size (the configs differ
 # in their pooling factor): tables growing from config to config (as this test had them until 2026-11-30) let the heap
-# (mmap off, pmdb's malloc settings) keep a freed table-sized block that the next, larger, table could not reuse: with
-# a heap already holding freed blocks of other sizes (as a test process's does), RSS rose by 51 MiB at the 9th of 12
-# measurements, once in a fresh-clone suite and every time with the block freed below, against 0-2 MiB with equal
-# tables. A leak grows by a table per config: at most one table, and none over the second half of the sweep.
+# (mmap off, pmdb's malloc settings) keep a freed table-sized block that the next, larger, table could not take. With
+# the holes made below, RSS then rose by 50 MiB at the 9th of 12 measurements in one run and by 51, then 101 MiB in
+# another (it failed once in a fresh-clone suite); with equal tables, 0-2 MiB. A leak grows by a table per config:
+# at most one table, and none over the second half of the sweep.
 BOUND_BYTES = int(1.5 * TABLE_BYTES)
 LATE_BOUND_BYTES = TABLE_BYTES // 2
 
@@ -40,8 +41,10 @@ class _Probe(Sweep):
 
 
 def test_rss_stays_flat_across_big_embedding_configs(store):
-    blocks = [torch.ones(n) for n in (3_000_000, 13_000_000, 7_000_000, 20_000_000)]   # a heap with a hole:
-    del blocks[1]   # 52 MB freed between blocks still held
+    apply_in_process()   # what the sweep applies: heap only (mmap off), never trimmed
+    # a heap with holes: two blocks of about a table (51.2 and 52.2 MB) freed between blocks still held
+    blocks = [torch.ones(n) for n in (3_000_000, 12_800_000, 1_000_000, 13_050_000, 20_000_000)]
+    del blocks[3], blocks[1]
     platform = platforms.register_local(store, None)["name"]
     configs = [{"B": 256, "E": [TABLE_ROWS], "D": [TABLE_DIM], "L": [8.0 + i]} for i in range(CONFIGS)]
     options = SweepOptions(ops=["embedding_lookup"], configs=configs, cache="warm",
