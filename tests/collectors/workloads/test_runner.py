@@ -71,10 +71,17 @@ def test_the_parent_of_a_run_reads_requests_without_torch():
     import subprocess
     import sys
 
+    import glob
+
+    from collectors.workloads.requests import GPU_DEVICE_FILES
+
     code = ("import sys\nfrom collectors.workloads import collect, requests, runner, transformer_shape, worker\n"
-            "print(requests.default_threads(), sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+            "print(requests.default_threads(), sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+            "print(requests.device_for(1), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["1", "[]"]
+    assert out.split()[:2] == ["1", "[]"]
+    if not any(glob.glob(pattern) for pattern in GPU_DEVICE_FILES):   # a GPU host asks torch, rightly
+        assert out.split()[2:] == ["cpu", "False"]
 
 
 def test_a_fork_server_started_ahead_serves_the_launch_with_its_environment(tmp_path):
