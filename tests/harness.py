@@ -154,6 +154,20 @@ def load_benchmark(name: str):
     return module
 
 
+# a 1-layer bert of the quickstart's kind, small enough to time every call of a step in a test
+TINY_BERT = {"arch": "bert", "head": "auto", "heads": 2, "hidden": 32, "layers": 1, "lr": 1e-4, "overrides": {},
+             "seq_len": 16}
+
+
+def tiny_bert_trainer(bench: Any, steps: int = 3) -> tuple[Any, list[int]]:
+    """``bench.trainer_of`` (the benchmarks' trainer of a stored run's config) for :data:`TINY_BERT` at batch 2,
+    under pmdb's allocator settings as the benchmarks run: (trainer, the ids of its ``steps`` prepared steps)."""
+    from collectors.workloads.allocator import apply_in_process
+
+    apply_in_process()
+    return bench.trainer_of("transformer", TINY_BERT, 2, steps)
+
+
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"  # ../shared/data beside the project
 
 

@@ -2,7 +2,7 @@
 the GEMM table's gaps, and a real (tiny) training step timed call by call in both modes."""
 from __future__ import annotations
 
-from harness import load_benchmark
+from harness import TINY_BERT, load_benchmark
 
 
 def _module():
@@ -49,9 +49,7 @@ def test_per_call_medians_follow_the_most_common_call_sequence():
 
 def test_a_real_step_is_timed_call_by_call_in_both_modes():
     ico = _module()
-    config = {"arch": "bert", "head": "auto", "heads": 2, "hidden": 32, "layers": 1, "lr": 1e-4, "overrides": {},
-              "seq_len": 16}
-    calls, forward, pace = ico.measured_forward(config, 2, 4)
+    calls, forward, pace = ico.measured_forward(TINY_BERT, 2, 4)
     assert len(calls[True]) == len(calls[False]) == 2 and len(forward[True]) == 2 and len(pace) == 1
     trained = [name for name, _ in calls[True][0]]
     evaluated = [name for name, _ in calls[False][0]]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness import load_benchmark
+from harness import load_benchmark, tiny_bert_trainer
 
 
 def _module():
@@ -15,13 +15,9 @@ def _module():
 
 def test_every_leaf_call_of_a_real_step_is_timed_in_every_state():
     from collectors.ops import cache_evict
-    from collectors.workloads.allocator import apply_in_process
 
-    apply_in_process()
     mis = _module()
-    config = {"arch": "bert", "head": "auto", "heads": 2, "hidden": 32, "layers": 1, "lr": 1e-4, "overrides": {},
-              "seq_len": 16}
-    trainer, ids = mis.trainer_of("transformer", config, 2, 3)
+    trainer, ids = tiny_bert_trainer(mis)
     calls = mis.measure(trainer, ids, 3)
     kinds = [c.kind for c in calls]
     assert "Linear" in kinds and "LayerNorm" in kinds and "Dropout" in kinds and "Embedding" in kinds

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import load_benchmark
+from harness import TINY_BERT, load_benchmark, tiny_bert_trainer
 
 
 def _module():
@@ -15,13 +15,8 @@ def _module():
 @pytest.fixture(scope="module")
 def bert():
     """A 1-layer bert trainer of the quickstart's kind, warmed up, in eval mode (no random draws)."""
-    from collectors.workloads.allocator import apply_in_process
-
-    apply_in_process()
     sr = _module()
-    config = {"arch": "bert", "head": "auto", "heads": 2, "hidden": 32, "layers": 1, "lr": 1e-4, "overrides": {},
-              "seq_len": 16}
-    trainer, ids = sr.trainer_of("transformer", config, 2, 3)
+    trainer, ids = tiny_bert_trainer(sr)
     return sr, trainer, ids
 
 
@@ -96,9 +91,7 @@ def test_each_gemm_row_carries_the_in_sequence_time_since_the_previous_gemm():
 
 def test_a_run_interleaves_real_steps_replays_and_calls_alone(bert):
     sr, trainer, ids = bert
-    config = {"arch": "gpt2", "head": "auto", "heads": 2, "hidden": 32, "layers": 1, "lr": 1e-4, "overrides": {},
-              "seq_len": 16}
-    phases = sr.measure_run("transformer", config, 2, 3)
+    phases = sr.measure_run("transformer", {**TINY_BERT, "arch": "gpt2"}, 2, 3)
     assert list(phases) == ["forward + loss", "backward"]
     forward, backward = phases["forward + loss"], phases["backward"]
     assert "addmm" in [call.name for call in forward.calls] and "dropout" in [call.name for call in forward.calls]
