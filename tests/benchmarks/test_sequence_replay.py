@@ -64,8 +64,24 @@ def test_each_call_is_timed_in_sequence_and_alone_in_every_state(bert):
     assert len(real) == 2 and all(fw > 0 and bw > 0 for fw, bw in real)
     real = [fw for fw, _ in real]
     lines = sr.state_lines(real, [total], sequence, times)
-    assert lines[2].startswith("| alone, warm (sum of per-call medians) |") and "| x1.00 | 0% |" in lines[2]
+    # the warm row closes none of the gap from warm to in sequence, where the measured calls have one; on a contended
+    # host (make test's two workers) a tiny model's replay can run faster than its warm calls: no gap, no share
+    share = "0%" if sum(sequence) > sum(times["warm"]) else "nan%"
+    assert lines[2].startswith("| alone, warm (sum of per-call medians) |") and f"| x1.00 | {share} |" in lines[2]
     assert any(line.startswith("| the real forward + loss (median of 2) |") for line in lines)
+
+
+def test_the_state_table_gives_each_state_its_share_of_the_gap():
+    sr = _module()
+    medians = {"warm": [400.0, 600.0], "+ code cold": [700.0, 800.0]}
+    lines = sr.state_lines([2500.0, 2700.0], [2100.0], [900.0, 1100.0], medians)
+    assert lines[2] == "| alone, warm (sum of per-call medians) | 1.00 | x1.00 | 0% |"
+    assert lines[3] == "| alone, + code cold (sum of per-call medians) | 1.50 | x1.50 | 50% |"
+    assert lines[4] == "| in sequence (sum of per-call medians) | 2.00 | x2.00 | 100% |"
+    assert lines[5] == "| in sequence (whole replay, median of 1) | 2.10 | x2.10 | - |"
+    assert lines[6] == "| the real forward + loss (median of 2) | 2.60 | x2.60 | - |"
+    no_gap = sr.state_lines([900.0], [900.0], [400.0, 500.0], medians)   # in sequence faster than warm
+    assert no_gap[2] == "| alone, warm (sum of per-call medians) | 1.00 | x1.00 | nan% |"
 
 
 def test_the_op_table_sums_calls_per_name_beside_the_predicted_price():
