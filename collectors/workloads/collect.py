@@ -10,12 +10,13 @@ while the run lasts; a failed run removes them (a rank that failed keeps its log
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from collectors.launch import RankFailed
 from collectors.workloads.allocator import allocator_env, allocator_record
@@ -82,25 +83,36 @@ def collect_workload(store: Store, platform: str, request: WorkloadRequest, args
     if platforms.load(store, platform).is_imported:
         raise PmdbError(f"platform {platform!r} holds imported data; measure under this machine's platform")
     env = allocator_env()
-    with store.run("workload", platform, args) as run:
-        work = store.workspace.artifacts / "tmp" / run.run_id
-        work.mkdir(parents=True, exist_ok=True)
-        job = WorkloadJob(request.family, request.config, request.batch_size, request.world_size, request.seed,
-                          request.iters, request.warmup, request.threads, request.plan, request.trace_iters,
-                          str(work), request.device)
-        try:
-            run.summary = _launch_and_store(store, run.run_id, platform, request, job, env, work)
-        except RankFailed:
-            _clean(work, keep_logs=True)   # the error names the rank logs: keep those, drop the traces
-            raise
-        except BaseException:
-            _clean(work, keep_logs=False)  # a full disk, Ctrl-C: nothing of the run's temporary files stays
-            raise
-        shutil.rmtree(work, ignore_errors=True)
+    with store.run("workload", platform, args) as run, run_folder(store, run.run_id) as work:
+        run.summary = _launch_and_store(store, run.run_id, platform, request, job_of(request, work), env, work)
     return run.summary
 
 
-def _clean(work: Path, *, keep_logs: bool) -> None:
+def job_of(request: WorkloadRequest, trace_dir: Path | None) -> WorkloadJob:
+    """What each rank of one launch of ``request`` runs (its traces, if any, go to ``trace_dir``)."""
+    return WorkloadJob(request.family, request.config, request.batch_size, request.world_size, request.seed,
+                       request.iters, request.warmup, request.threads, request.plan, request.trace_iters,
+                       None if trace_dir is None else str(trace_dir), request.device)
+
+
+@contextlib.contextmanager
+def run_folder(store: Store, run_id: str) -> Iterator[Path]:
+    """``artifacts/tmp/<run_id>``, the run's rank logs and raw traces while it lasts: removed when the block ends;
+    after a failed rank only its logs stay (the error names them), after any other failure nothing."""
+    work = store.workspace.artifacts / "tmp" / run_id
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        yield work
+    except RankFailed:
+        clean_work(work, keep_logs=True)   # the error names the rank logs: keep those, drop the traces
+        raise
+    except BaseException:
+        clean_work(work, keep_logs=False)  # a full disk, Ctrl-C: nothing of the run's temporary files stays
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def clean_work(work: Path, *, keep_logs: bool) -> None:
     """Remove a failed run's temporary files (raw traces); with ``keep_logs`` its rank logs stay (``rank*.log``)."""
     if not keep_logs:
         shutil.rmtree(work, ignore_errors=True)
@@ -119,17 +131,24 @@ def _launch_and_store(store: Store, run_id: str, platform: str, request: Workloa
     for k in range(request.repeats):
         this = job if k == 0 else replace(job, trace_iters=0)
         label = request.name if request.repeats == 1 else f"{request.name} {k + 1}/{request.repeats}"
-        try:
-            launches.append(launch(run_rank, request.world_size, this, start_env=env,
-                                   rank_env={"OMP_NUM_THREADS": str(request.threads)}, log_dir=work,
-                                   timeout_s=request.timeout_s, progress=(label, this.total_steps)))
-        except RankFailed as exc:
-            raise RankFailed(exc.rank, f"{exc.message} (rank logs: {work})", exc.details,
-                             user_mistake=exc.user_mistake) from None
+        launches.append(launch_ranks(request, this, env, work, label))
         if request.min_repeats is not None and k + 1 >= request.min_repeats and k + 1 < request.repeats and \
                 launches_agree([launch_median_us(r) for r in launches], request.launch_tolerance):
             break  # the spread is already small: more launches would not move the median of medians
     return _store(store, run_id, platform, request, launches, allocator_record(launches[0][0]["allocator_env"]))
+
+
+def launch_ranks(request: WorkloadRequest, job: WorkloadJob, env: dict[str, str], work: Path,
+                 label: str) -> list[dict[str, Any]]:
+    """One launch of the request's ranks (``label`` on the progress bar); their results in rank order, or
+    :class:`RankFailed` naming the rank logs in ``work``."""
+    try:
+        return launch(run_rank, request.world_size, job, start_env=env,
+                      rank_env={"OMP_NUM_THREADS": str(request.threads)}, log_dir=work,
+                      timeout_s=request.timeout_s, progress=(label, job.total_steps))
+    except RankFailed as exc:
+        raise RankFailed(exc.rank, f"{exc.message} (rank logs: {work})", exc.details,
+                         user_mistake=exc.user_mistake) from None
 
 
 def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest,

@@ -136,6 +136,15 @@ def _refuse(opts: dict[str, Any], names: tuple[str, ...], family: str) -> None:
         raise PmdbError(f"not an option of {family} workloads: {flags}")
 
 
+def workload_request(store: Store, family: str | None, opts: dict[str, Any]) -> WorkloadRequest:
+    """The request of ``pmdb collect workload FAMILY`` with these options (dlrm or transformer)."""
+    if family == "dlrm":
+        return dlrm_request(store, opts)
+    if family == "transformer":
+        return transformer_request(opts)
+    raise PmdbError(f"unknown workload family {family!r}: use dlrm or transformer")
+
+
 def dlrm_request(store: Store, opts: dict[str, Any]) -> WorkloadRequest:
     """DLRM: ``--preset`` | ``--config FILE`` | ``--task ID`` (+ batch size, world size, sharder or sharding file,
     index source, embedding implementation)."""

@@ -66,7 +66,7 @@ def workload(
     """Measure a training workload: ground truth per rank (no profiler), then a Kineto-only and an execution-trace
     pass per rank, stored as one trace set. With --graph-only: record a transformer step's shapes only."""
     from collectors.workloads.collect import collect_workload, start_ranks
-    from collectors.workloads.requests import dlrm_request, transformer_request
+    from collectors.workloads.requests import workload_request
     from pmdb import platform as platforms
 
     opts = {k: v for k, v in ctx.params.items() if k not in ("family", "platform")}
@@ -86,12 +86,7 @@ def workload(
     with open_store(ctx) as store:
         if family in ("dlrm", "transformer"):
             start_ranks()   # the ranks' imports run while the request is checked and the platform found
-        if family == "dlrm":
-            request = dlrm_request(store, opts)
-        elif family == "transformer":
-            request = transformer_request(opts)
-        else:
-            raise PmdbError(f"unknown workload family {family!r}: use dlrm or transformer")
+        request = workload_request(store, family, opts)
         name = platforms.resolve(store, platform)
         args = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}
         typer.echo(f"{request.family} {request.name}: batch {request.batch_size}, {request.world_size} rank(s) x "
@@ -113,7 +108,7 @@ def _joined(ctx: typer.Context, family: str, opts: dict, platform: Optional[str]
     """Inside a torchrun job: rank 0 stores the run, the others measure and hand over
     (collectors.workloads.torchrun)."""
     from collectors.workloads import torchrun
-    from collectors.workloads.requests import dlrm_request, transformer_request
+    from collectors.workloads.requests import workload_request
     from pmdb import platform as platforms
 
     if env.rank != 0:
@@ -125,9 +120,7 @@ def _joined(ctx: typer.Context, family: str, opts: dict, platform: Optional[str]
     started = False
     try:
         with open_store(ctx) as store:
-            if family not in ("dlrm", "transformer"):
-                raise PmdbError(f"unknown workload family {family!r}: use dlrm or transformer")
-            request = dlrm_request(store, opts) if family == "dlrm" else transformer_request(opts)
+            request = workload_request(store, family, opts)
             name = platforms.resolve(store, platform)
             torchrun.check_request(request, env, exchange)
             args = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}

@@ -7,6 +7,7 @@ Each step is the ordinary pmdb command it names; a step that completed before is
 from __future__ import annotations
 
 import os
+import textwrap
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -16,7 +17,7 @@ import typer
 from pmdb.cli.common import workspace
 from pmdb.errors import PmdbError
 from pmdb.store_check import pmdb_command
-from pmdb.store import Store
+from pmdb.store import RUN_ID_SHOWN, Store
 
 
 @dataclass(frozen=True)
@@ -26,19 +27,21 @@ class Step:
     what: str           # one-line description shown while it runs
     more: Callable[[Store], tuple[str, ...]] | None = None  # arguments only known when it runs (from the store)
     settled: Callable[[Store], str | None] | None = None  # why the step is not needed (the store says), or None
+    more_shown: str = "--trace-set ID..."  # what ``more`` adds, as `pmdb quickstart --list` shows it
 
 
-# Ground truth in 3-5 launches of fresh processes (median of their medians): back to back, one configuration's
-# launch medians spread 5-11% at world size 1 and ~20% at world size 2 on the AMD host; after 3 launches whose
-# medians lie within 3% of each other the rest are not run (collectors.workloads.collect.LAUNCH_TOLERANCE).
-TRUTH_REPEATS = "5"
+# Ground truth in 3-5 launches of fresh processes (median of their medians). The first launch of each run also
+# traces it; the others are relaunches (`pmdb collect relaunch`), one per run before each later round of the traced
+# shapes' prices, so that truths and prices sample the same minutes: on the 48 MiB-L3 Intel host a transformer's
+# launches moved by up to 30% within 15 s and the step's slowest quarter of windows ran x1.34 its fastest
+# (host_phase_bert), while a run's launches back to back sampled one phase and the prices another. One
+# configuration's launch medians spread 5-11% at world size 1 and ~20% at world size 2 on the AMD host; once 3
+# launches lie within 3% of each other the run is not relaunched (collectors.workloads.collect.LAUNCH_TOLERANCE).
 TRUTH_MIN_REPEATS = "3"
 _TRANSFORMER = ("--layers", "2", "--hidden", "64", "--heads", "4", "--seq-len", "64", "--batch-size", "8",
-                "--iters", "20", "--warmup", "5", "--repeats", TRUTH_REPEATS,
-                "--min-repeats", TRUTH_MIN_REPEATS)
+                "--iters", "20", "--warmup", "5")
 # world-size-2 steps spread 70-145% over iterations on a 2-core host: a median of 20 moves by ~10%, of 100 by ~5%
-_DLRM = ("--preset", "dlrm_mixed", "--iters", "100", "--warmup", "10", "--repeats", TRUTH_REPEATS,
-         "--min-repeats", TRUTH_MIN_REPEATS)
+_DLRM = ("--preset", "dlrm_mixed", "--iters", "100", "--warmup", "10")
 # the traced shapes measured in up to this many processes (the prices are medians over them): between two processes
 # the cold time of one shape moved by ~20% (median over shapes) and a whole round of embedding lookups by up to 27%
 # on the AMD host; rounds after the third run only while the rounds disagree (collectors.ops.shape_rounds)
@@ -118,13 +121,20 @@ def steps(report_dir: str) -> list[Step]:
     for arch in ("gpt2", "bert", "xlnet"):
         plan.append(Step(f"{arch}-ws1", ("collect", "workload", "transformer", "--arch", arch, *_TRANSFORMER),
                          f"{arch} training at world size 1"))
+    workload_steps = [step.name for step in plan[2:]]
+    plan.append(Step("ops-from-traces", ("collect", "ops", "--from-traces"),
+                     "kernel microbenchmarks of the op shapes the recorded workloads contain (shapes only, no "
+                     "timings)"))
+    for k in range(2, SHAPE_ROUNDS + 1):
+        plan.append(Step(f"truth-{k}", ("collect", "relaunch", "--launches", "1", "--min-launches",
+                                        TRUTH_MIN_REPEATS),
+                         f"every workload run launched once more, added to its ground truth ({k} of "
+                         f"{SHAPE_ROUNDS}: truths are medians)", lambda store: workload_run_ids(store, workload_steps),
+                         more_shown="RUN..."))
+        plan.append(Step(f"ops-from-traces-{k}", ("collect", "ops", "--from-traces", "--force"),
+                         f"the same shapes measured again in a fresh process ({k} of {SHAPE_ROUNDS}: prices are "
+                         f"medians)", settled=_shape_rounds_settled if k > 3 else None))
     plan += [
-        Step("ops-from-traces", ("collect", "ops", "--from-traces"),
-             "kernel microbenchmarks of the op shapes the recorded workloads contain (shapes only, no timings)"),
-        *[Step(f"ops-from-traces-{k}", ("collect", "ops", "--from-traces", "--force"),
-               f"the same shapes measured again in a fresh process ({k} of {SHAPE_ROUNDS}: prices are medians)",
-               settled=_shape_rounds_settled if k > 3 else None)
-          for k in range(2, SHAPE_ROUNDS + 1)],
         Step("fit", ("fit", "--all", "--budget-minutes", "3", "--summary"),
              "fit kernel and collective models (MLflow registry)"),
         Step("overheads", ("fit", "overheads"), "extract CPU overheads from the traces"),
@@ -136,6 +146,20 @@ def steps(report_dir: str) -> list[Step]:
         Step("report", ("report", "-o", report_dir), "report: figures and an HTML page"),
     ]
     return plan
+
+
+def workload_run_ids(store: Store, names: list[str]) -> tuple[str, ...]:
+    """The measured workload runs the quickstart steps ``names`` completed, oldest first (``pmdb collect relaunch``'s
+    arguments)."""
+    frame = store.query(
+        "SELECT DISTINCT w.run_id, c.started_at FROM collection_runs q, "
+        "unnest(CAST(q.summary->'$.runs' AS VARCHAR[])) u(r) JOIN workload_runs w ON w.run_id = u.r "
+        "JOIN collection_runs c ON c.run_id = w.run_id WHERE q.kind = 'quickstart' AND q.status = 'completed' "
+        "AND list_contains(?, q.args->>'$.step') ORDER BY c.started_at", [names])
+    if frame.empty:
+        raise PmdbError("no workload run recorded: run the quickstart's workload steps first (`pmdb quickstart "
+                        "--list`)")
+    return tuple(run_id[:RUN_ID_SHOWN] for run_id in frame["run_id"])
 
 
 def _shape_rounds_settled(store: Store) -> str | None:
@@ -177,7 +201,7 @@ def quickstart(ctx: typer.Context,
     plan = steps(str(ws.reports_dir))
     if list_:
         for step in plan:
-            more = " --trace-set ID... (known when it runs)" if step.more else ""
+            more = f" {step.more_shown} (known when it runs)" if step.more else ""
             typer.echo(f"{step.name:28s} pmdb {' '.join(step.args)}{more}")
         return
     unknown = set(only or []) - {s.name for s in plan}
@@ -202,7 +226,9 @@ def quickstart(ctx: typer.Context,
         if step.more is not None:
             with Store.open(ws, read_only=True) as store:
                 args = (*args, *step.more(store))
-        typer.echo(f"{header}\n    pmdb {' '.join(args)}")
+        command = textwrap.wrap(f"pmdb {' '.join(args)}", 76, break_long_words=False, break_on_hyphens=False)
+        typer.echo("\n".join([*textwrap.wrap(header, 80, subsequent_indent="    "),
+                              *(("    " if k == 0 else "        ") + line for k, line in enumerate(command))]))
         t0 = time.monotonic()
         before = _completed_runs(ws)
         code = main(["--home", str(ws.home), *args])
