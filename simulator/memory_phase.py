@@ -81,8 +81,11 @@ def read_times(summary: Any) -> list[float]:
 
 
 def run_summaries(store: Store, run_id: str) -> list[Any]:
-    """The summary (JSON text) of one run: where its probes are stored."""
-    return store.query("SELECT summary FROM collection_runs WHERE run_id = ?", [run_id])["summary"].tolist()
+    """The summaries (JSON text) of one run and of its completed relaunches (`pmdb collect relaunch`, whose launches
+    are part of its ground truth): where the probes taken with its truth are stored."""
+    frame = store.query("SELECT summary FROM collection_runs WHERE run_id = ? OR (kind = 'relaunch' AND status = "
+                        "'completed' AND args->>'$.adds_to' = ?) ORDER BY started_at", [run_id, run_id])
+    return frame["summary"].tolist()
 
 
 def sweep_summaries(store: Store, platform: str) -> list[Any]:

@@ -6,7 +6,8 @@ of ``pmdb collect ops --from-traces`` samples both over the same minutes.
 
 Each relaunch is its own 'relaunch' collection run (``args.adds_to`` names the workload run): its ranks' iteration
 times are its e2e_measurements rows (launch k's iteration i as k * iterations + i, as a run with ``--repeats``
-stores them). When it completes, in the same transaction, the workload run's ``measured_us`` becomes the median of
+stores them) and rank 0's memory probes are in its summary (the LLC and memory pace found at the truth,
+:func:`simulator.memory_phase.run_summaries`, count them). When it completes, in the same transaction, the workload run's ``measured_us`` becomes the median of
 the launch medians of the run and every completed relaunch of it, and ``spread`` the (p90 - p10) / median of all
 their iterations (:func:`collectors.workloads.store_rows.write_ground_truth`'s rules). A relaunch that fails or is
 interrupted changes nothing; the launches' own rows keep the earlier ground truth recomputable.
@@ -119,7 +120,10 @@ def relaunch(store: Store, run_id: str, launches: int = 1, min_launches: int | N
                                            "rank": r["rank"], "time_us": t}
                                           for k, ranks in enumerate(results) for r in ranks
                                           for i, t in enumerate(r["times_us"])])
-        run.summary = {"adds_to": run_id, "name": request.name, "settled": False, "measured_us_before": before}
+        # rank 0's memory probes of every launch: the LLC and memory pace the run's truth found include them
+        run.summary = {"adds_to": run_id, "name": request.name, "settled": False, "measured_us_before": before,
+                       "memory_probe": [probe for ranks in results for r in ranks if r["rank"] == 0
+                                        for probe in r.get("memory_probe", [])]}
 
         def update() -> None:   # as the relaunch completes: its launches count from then on
             medians, steps = launch_medians(store, run_id)

@@ -35,9 +35,10 @@ def relaunch(
         start_ranks()   # the ranks' imports run while the first run's options are checked
         for run_id in ids:
             summary = add_launches(store, run_id, launches, min_launches, timeout_s=timeout)
-            after = "settled" if summary["settled"] else f"{summary['measured_us'] / 1e3:.3f}"
-            typer.echo(f"{summary['name']} ({run_id[:12]}): {len(summary['launch_medians_us'])} launches, "
-                       f"{summary['measured_us_before'] / 1e3:.3f} -> {after} ms", err=True)
+            after = ("settled" if summary["settled"] else
+                     f"{summary['measured_us_before'] / 1e3:.3f} -> {summary['measured_us'] / 1e3:.3f} ms")
+            typer.echo(f"{summary['name']} ({run_id[:12]}): {len(summary['launch_medians_us'])} launches, {after}",
+                       err=True)
             rows.append((run_id[:12], summary["name"], len(summary["launch_medians_us"]),
                          round(summary["measured_us_before"] / 1e3, 3), round(summary["measured_us"] / 1e3, 3),
                          "settled" if summary["settled"] else "added"))

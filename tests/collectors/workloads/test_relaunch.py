@@ -34,9 +34,14 @@ def _worst(store, run_id: str) -> list[float]:
 
 
 def test_relaunches_join_the_ground_truth_as_the_median_of_launch_medians(store, local_platform, tiny_dlrm):
+    from simulator.memory_phase import truth_times
+
     run_id = _stored_run(store, local_platform, tiny_dlrm, world_size=2, sharder="naive")
     first = store.scalar("SELECT measured_us FROM v_workload_runs WHERE run_id = ?", [run_id])
+    probes = len(truth_times(store, run_id))
     summary = relaunch(store, run_id, launches=2)
+    # rank 0 probed memory before and after each launch: the probes found at the truth count the relaunches'
+    assert probes == 2 and len(truth_times(store, run_id)) == probes + 2 * 2
     added = store.scalar("SELECT run_id FROM collection_runs WHERE kind = 'relaunch' AND status = 'completed'")
     assert json.loads(store.scalar("SELECT CAST(args AS VARCHAR) FROM collection_runs WHERE run_id = ?",
                                    [added]))["adds_to"] == run_id
