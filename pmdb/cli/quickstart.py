@@ -121,7 +121,7 @@ def steps(report_dir: str) -> list[Step]:
     for arch in ("gpt2", "bert", "xlnet"):
         plan.append(Step(f"{arch}-ws1", ("collect", "workload", "transformer", "--arch", arch, *_TRANSFORMER),
                          f"{arch} training at world size 1"))
-    workload_steps = [step.name for step in plan[2:]]
+    workload_steps = [step.name for step in plan if step.args[:2] == ("collect", "workload")]   # relaunched below
     plan.append(Step("ops-from-traces", ("collect", "ops", "--from-traces"),
                      "kernel microbenchmarks of the op shapes the recorded workloads contain (shapes only, no "
                      "timings)"))
