@@ -7,10 +7,11 @@ of ``pmdb collect ops --from-traces`` samples both over the same minutes.
 Each relaunch is its own 'relaunch' collection run (``args.adds_to`` names the workload run): its ranks' iteration
 times are its e2e_measurements rows (launch k's iteration i as k * iterations + i, as a run with ``--repeats``
 stores them) and rank 0's memory probes are in its summary (the LLC and memory pace found at the truth,
-:func:`simulator.memory_phase.run_summaries`, count them). When it completes, in the same transaction, the workload run's ``measured_us`` becomes the median of
-the launch medians of the run and every completed relaunch of it, and ``spread`` the (p90 - p10) / median of all
-their iterations (:func:`collectors.workloads.store_rows.write_ground_truth`'s rules). A relaunch that fails or is
-interrupted changes nothing; the launches' own rows keep the earlier ground truth recomputable.
+:func:`simulator.memory_phase.run_summaries`, count them). When it completes, in the same transaction, the workload
+run's ``measured_us`` becomes the median of the launch medians of the run and every completed relaunch of it, and
+``spread`` the (p90 - p10) / median of all their iterations (the rules of
+:func:`collectors.workloads.store_rows.write_ground_truth`). A relaunch that fails or is interrupted changes nothing;
+the launches' own rows keep the earlier ground truth recomputable.
 """
 from __future__ import annotations
 
