@@ -472,15 +472,18 @@ class Run:
 
     def finish(self, status: str, error: str | None = None) -> None:
         """Record the run's end; a completed run refreshes the op-coverage summary of the groups it wrote and runs
-        its ``on_complete`` writes, in the same transaction (its rows count from that moment on)."""
+        its ``on_complete`` writes, in the same transaction (its rows count from that moment on; they see the run as
+        completed, and what they add to ``summary`` is stored with it)."""
         with self.store.transaction():
             self.store.conn.execute(
-                "UPDATE collection_runs SET status = ?, finished_at = current_timestamp, error = ?, summary = ? "
-                "WHERE run_id = ?", [status, error, to_json(self.summary), self.run_id])
+                "UPDATE collection_runs SET status = ?, finished_at = current_timestamp, error = ? WHERE run_id = ?",
+                [status, error, self.run_id])
             if status == "completed":
                 op_coverage.refresh_for_run(self.store.conn, self.run_id)
                 for write in self.on_complete:
                     write()
+            self.store.conn.execute("UPDATE collection_runs SET summary = ? WHERE run_id = ?",
+                                    [to_json(self.summary), self.run_id])
 
 
 _STALE_ERROR = "the process ended before the run finished"

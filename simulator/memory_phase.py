@@ -83,9 +83,12 @@ def read_times(summary: Any) -> list[float]:
 def run_summaries(store: Store, run_id: str) -> list[Any]:
     """The summaries (JSON text) of one run and of its completed relaunches (`pmdb collect relaunch`, whose launches
     are part of its ground truth): where the probes taken with its truth are stored."""
-    frame = store.query("SELECT summary FROM collection_runs WHERE run_id = ? OR (kind = 'relaunch' AND status = "
-                        "'completed' AND args->>'$.adds_to' = ?) ORDER BY started_at", [run_id, run_id])
-    return frame["summary"].tolist()
+    from collectors.workloads.relaunch import relaunch_ids
+
+    ids = [run_id, *relaunch_ids(store, run_id)]
+    frame = store.query("SELECT run_id, summary FROM collection_runs WHERE list_contains(?, run_id)", [ids])
+    by_id = dict(zip(frame["run_id"], frame["summary"]))
+    return [by_id[r] for r in ids if r in by_id]
 
 
 def sweep_summaries(store: Store, platform: str) -> list[Any]:

@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from collectors.workloads.allocator import allocator_env
-from collectors.workloads.collect import WorkloadRequest, job_of, launch_ranks, launches_agree, run_folder
+from collectors.workloads.collect import (LAUNCH_TOLERANCE, WorkloadRequest, job_of, launch_ranks, launches_agree,
+                                          run_folder)
+from collectors.workloads.ground_truth import summarise
 from collectors.workloads.store_rows import config_hash
 from pmdb.errors import PmdbError
 from pmdb.store import Store
@@ -88,10 +90,7 @@ def launch_medians(store: Store, run_id: str) -> tuple[list[float], np.ndarray]:
 def ground_truth_of(medians: list[float], steps: np.ndarray) -> tuple[float, float]:
     """(measured_us, spread) of launches with these medians and per-iteration steps: the median of the medians (the
     one launch's median when alone) and (p90 - p10) / median of all steps (µs, share)."""
-    measured = float(np.median(medians))
-    p10, p90 = np.percentile(steps, [10, 90])
-    middle = float(np.median(steps))
-    return measured, float((p90 - p10) / middle) if middle > 0 else float("nan")
+    return float(np.median(medians)), summarise([steps])["spread"]
 
 
 def relaunch(store: Store, run_id: str, launches: int = 1, min_launches: int | None = None,
@@ -99,8 +98,6 @@ def relaunch(store: Store, run_id: str, launches: int = 1, min_launches: int | N
     """Launch the run's workload ``launches`` more times and add them to its ground truth; returns the summary
     (``launch_medians_us``, ``measured_us_before`` and ``measured_us``). With ``min_launches``: nothing runs when the
     run already has that many launches whose medians agree within ``tolerance`` (``settled`` in the summary)."""
-    from collectors.workloads.collect import LAUNCH_TOLERANCE
-
     if launches < 1:
         raise PmdbError("--launches must be >= 1")
     request, platform = stored_request(store, run_id)
@@ -131,9 +128,7 @@ def relaunch(store: Store, run_id: str, launches: int = 1, min_launches: int | N
             measured, spread = ground_truth_of(medians, steps)
             store.conn.execute("UPDATE workload_runs SET measured_us = ?, spread = ? WHERE run_id = ?",
                                [measured, spread, run_id])
-            run.summary.update(launch_medians_us=_rounded(medians), measured_us=measured)
-            store.conn.execute("UPDATE collection_runs SET summary = ? WHERE run_id = ?",
-                               [json.dumps(run.summary), run.run_id])
+            run.summary.update(launch_medians_us=_rounded(medians), measured_us=measured)   # stored with the run
 
         run.on_complete.append(update)
     return run.summary

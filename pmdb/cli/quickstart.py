@@ -63,13 +63,17 @@ def calibration_steps() -> list[Step]:
             for seed in CALIBRATION_SEEDS]
 
 
+# the collection runs the completed quickstart steps named by the parameter recorded (their markers name the runs)
+_STEP_RUNS = ("SELECT DISTINCT u.r AS run_id FROM collection_runs q, "
+              "unnest(CAST(q.summary->'$.runs' AS VARCHAR[])) u(r) "
+              "WHERE q.kind = 'quickstart' AND q.status = 'completed' AND list_contains(?, q.args->>'$.step')")
+
+
 def calibration_trace_sets(store: Store) -> tuple[str, ...]:
-    """``--trace-set ID`` for each trace set the calibration steps recorded (their markers name the runs)."""
+    """``--trace-set ID`` for each trace set the calibration steps recorded."""
     names = [s.name for s in calibration_steps()]
-    frame = store.query(
-        "SELECT DISTINCT t.trace_set_id FROM collection_runs q, unnest(CAST(q.summary->'$.runs' AS VARCHAR[])) u(r) "
-        "JOIN trace_sets t ON t.run_id = u.r WHERE q.kind = 'quickstart' AND q.status = 'completed' "
-        "AND list_contains(?, q.args->>'$.step') ORDER BY 1", [names])
+    frame = store.query(f"SELECT DISTINCT t.trace_set_id FROM ({_STEP_RUNS}) s JOIN trace_sets t USING (run_id) "
+                        "ORDER BY 1", [names])
     if frame.empty:
         raise PmdbError("no calibration trace set recorded: run the quickstart's calibration steps first "
                         "(`pmdb quickstart --list`)")
@@ -151,11 +155,8 @@ def steps(report_dir: str) -> list[Step]:
 def workload_run_ids(store: Store, names: list[str]) -> tuple[str, ...]:
     """The measured workload runs the quickstart steps ``names`` completed, oldest first (``pmdb collect relaunch``'s
     arguments)."""
-    frame = store.query(
-        "SELECT DISTINCT w.run_id, c.started_at FROM collection_runs q, "
-        "unnest(CAST(q.summary->'$.runs' AS VARCHAR[])) u(r) JOIN workload_runs w ON w.run_id = u.r "
-        "JOIN collection_runs c ON c.run_id = w.run_id WHERE q.kind = 'quickstart' AND q.status = 'completed' "
-        "AND list_contains(?, q.args->>'$.step') ORDER BY c.started_at", [names])
+    frame = store.query(f"SELECT w.run_id FROM ({_STEP_RUNS}) s JOIN workload_runs w USING (run_id) "
+                        "JOIN collection_runs c USING (run_id) ORDER BY c.started_at", [names])
     if frame.empty:
         raise PmdbError("no workload run recorded: run the quickstart's workload steps first (`pmdb quickstart "
                         "--list`)")
