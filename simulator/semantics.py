@@ -45,7 +45,9 @@ from pmdb.traces.graph import Stream
 #    last) is priced by its T2 and T3 as its ops enter and leave it (fitters.overheads.cpu_samples)
 # 10: on a CPU an op priced by its own samples (T5 whole, or T2 + children + T5 gaps + T3) takes those of its input
 #    size class where its overhead version sampled that class (fitters.overheads.size_class, migration 0020)
-RULES_VERSION = 10
+# 11: on a CPU rule 4 prices an embedding lookup's forward only; its backward, which a step runs long after the
+#    forward (its 'loop' timing runs it right after), is priced by its warm and cold timings like any op
+RULES_VERSION = 11
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

@@ -125,8 +125,11 @@ class ModelTiming:
         self.paired = reuse or state == BLEND   # whether an op's warm model takes part
         self.llc_found = llc_found if reuse else None   # the LLC the run found, else LRU over the sysfs LLC
         self.overheads = overheads
-        # on a CPU, unless a cache state was chosen: an embedding lookup whose exact tables were timed in a training
-        # loop of their own (collectors.ops.timer.time_loop) is priced by that, the caches as a step leaves them
+        # on a CPU, unless a cache state was chosen: an embedding lookup's forward whose exact tables were timed in
+        # a training loop of their own (collectors.ops.timer.time_loop) is priced by that, the caches as a step
+        # leaves them. Not its backward (RULES_VERSION 11): the loop runs it right after its forward, a step runs the
+        # rest of its forward and backward between them, and the backward then takes x1.4-1.6 its loop time
+        # (benchmarks/embedding_backward_in_step.py); it is priced like any op, by its warm and cold timings
         self.loop = self.sync_host and state in ("default", REUSE)
         self.embedding = embedding or EmbeddingStats()
         self.usage = Usage()
@@ -235,7 +238,7 @@ class ModelTiming:
         """Whether an embedding lookup over exactly these tables was measured (priced then without a model)."""
         if self.measured is None or self.threads is None or not tables:
             return False
-        states = (LOOP, self.default_state) if self.loop else (self.default_state,)
+        states = (LOOP, self.default_state) if self.loop and mapped.pass_ == "fwd" else (self.default_state,)
         return any(self.measured.embedding_time(mapped.pass_, implementation(node, mapped), tables, self.threads,
                                                 state) is not None for state in states)
 
@@ -264,10 +267,10 @@ class ModelTiming:
 
     def _measured_time(self, r: _Row, states: list[str], share: np.ndarray | None) -> tuple[float, str] | None:
         """(µs, what priced it) of one row from the microbenchmarks of its exact shape, None when not measured: an
-        embedding lookup timed in a training loop by that ('measured-loop', :attr:`loop`), else the measurements
-        in ``states`` combined as the models would be ('measured')."""
+        embedding lookup's forward timed in a training loop by that ('measured-loop', :attr:`loop`), else the
+        measurements in ``states`` combined as the models would be ('measured')."""
         lookup = r.mapped.op == "embedding_lookup"
-        if lookup and self.loop:
+        if lookup and self.loop and r.mapped.pass_ == "fwd":
             looped = self.measured.embedding_time(r.mapped.pass_, r.implementation, r.tables or [], self.threads,
                                                   LOOP)
             if looped is not None:
