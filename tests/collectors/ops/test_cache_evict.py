@@ -101,11 +101,18 @@ def test_a_cold_repetition_misses_the_last_level_cache():
             break
     else:
         pytest.fail(f"the eviction did not reach memory: {'; '.join(tried)}")
-    # the timer's cold state is the same thing: a cold repetition of the read is slower than a warm one
+    # the timer's cold state is the same thing: a cold repetition of the read is slower than a warm one. The warm
+    # repetitions share the LLC with whatever else runs (make test's other worker): on the 32 MiB-L3 AMD host
+    # (2026-11-30) once 2587 µs warm against 1756 just touched, so up to three tries, each warm then cold
     settings = TimerSettings(warmup=1, min_reps=7, max_reps=7, min_time_us=0, cold_min_reps=7, cold_max_reps=7)
-    warm = time_cpu(lambda: x[order], settings)
-    cold = time_cpu(lambda: x[order], settings, flusher)
-    assert cold.median_us > 1.5 * warm.median_us, tried
+    for _ in range(3):
+        warm = time_cpu(lambda: x[order], settings)
+        cold = time_cpu(lambda: x[order], settings, flusher)
+        tried.append(f"timer: {cold.median_us:.0f} µs cold against {warm.median_us:.0f} µs warm")
+        if cold.median_us > 1.5 * warm.median_us:
+            break
+    else:
+        pytest.fail(f"a cold repetition was not clearly slower than a warm one: {'; '.join(tried)}")
 
 
 def test_without_a_target_or_a_helper_it_streams_twice_the_llc():
