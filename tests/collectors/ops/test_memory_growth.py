@@ -2,14 +2,10 @@
 table before: 21.7 GB within one big-table sweep)."""
 from __future__ import annotations
 
-import os
-
-import torch
-
-from collectors.ops.sweep import Item, Sweep, SweepOptions
-from collectors.ops.timer import TimerSettings
-from collectors.workloads.allocator import apply_in_process
-from pmdb import platform as platforms
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 TABLE_ROWS, TABLE_DIM = 100_000, 128          # 51 MB per table: far above any leak of bookkeeping
 CONFIGS = 6
@@ -22,41 +18,59 @@ TABLE_BYTES = TABLE_ROWS * TABLE_DIM * 4       # 51.2 MB (48.8 MiB)
 # at most one table, and none over the second half of the sweep.
 BOUND_BYTES = int(1.5 * TABLE_BYTES)
 LATE_BOUND_BYTES = TABLE_BYTES // 2
+ROOT = Path(__file__).resolve().parents[3]
 
 
-def rss_bytes() -> int:
-    """Resident set size of this process (bytes), from /proc/self/statm."""
+# The sweep runs in a fresh interpreter: the heap's holes are then the ones made here, not whatever the tests that ran
+# before in the same worker left (a fresh-clone suite on the 32 MiB-L3 AMD host, 2026-11-30, once measured RSS
+# moving between 1051 and 1156 MiB over the sweep, down as well as up, after other tests had run in that process).
+SWEEP = r"""
+import json, os, sys
+import torch
+from collectors.ops.sweep import Sweep, SweepOptions
+from collectors.ops.timer import TimerSettings
+from collectors.workloads.allocator import apply_in_process
+from pmdb import platform as platforms
+from pmdb.config import Workspace
+from pmdb.store import Store
+
+def rss_bytes():
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-
-class _Probe(Sweep):
-    """The real sweep, recording RSS after every config."""
-
-    rss: list[int]
-
-    def _measure(self, item: Item) -> None:
+class Probe(Sweep):
+    def _measure(self, item):
         super()._measure(item)
         self.rss.append(rss_bytes())
 
-
-def test_rss_stays_flat_across_big_embedding_configs(store):
-    apply_in_process()   # what the sweep applies: heap only (mmap off), never trimmed
-    # a heap with holes: two blocks of about a table (51.2 and 52.2 MB) freed between blocks still held
-    blocks = [torch.ones(n) for n in (3_000_000, 12_800_000, 1_000_000, 13_050_000, 20_000_000)]
-    del blocks[3], blocks[1]
+rows, dim, configs = (int(v) for v in sys.argv[2:5])
+apply_in_process()   # what the sweep applies: heap only (mmap off), never trimmed
+# a heap with holes: two blocks of about a table (51.2 and 52.2 MB) freed between blocks still held
+blocks = [torch.ones(n) for n in (3_000_000, 12_800_000, 1_000_000, 13_050_000, 20_000_000)]
+del blocks[3], blocks[1]
+with Store.open(Workspace(sys.argv[1])) as store:
     platform = platforms.register_local(store, None)["name"]
-    configs = [{"B": 256, "E": [TABLE_ROWS], "D": [TABLE_DIM], "L": [8.0 + i]} for i in range(CONFIGS)]
-    options = SweepOptions(ops=["embedding_lookup"], configs=configs, cache="warm",
+    options = SweepOptions(ops=["embedding_lookup"], cache="warm",
+                           configs=[{"B": 256, "E": [rows], "D": [dim], "L": [8.0 + i]} for i in range(configs)],
                            settings=TimerSettings(warmup=1, min_reps=2, max_reps=2, min_time_us=0.0))
     with store.run("ops", platform, {}) as run:
-        sweep = _Probe(store, run, platform, options)
+        sweep = Probe(store, run, platform, options)
         sweep.rss = []
         sweep.execute(progress=False)
-    assert len(sweep.rss) == 2 * CONFIGS  # both implementations of every config
     measured = store.scalar("SELECT count(*) FROM op_measurements WHERE skipped IS NULL")
-    assert measured == 2 * CONFIGS * 2
-    growth = max(sweep.rss[2:]) - sweep.rss[1]  # after the first config of each implementation
-    assert growth < BOUND_BYTES, [round(r / 2 ** 20) for r in sweep.rss]
-    late = max(sweep.rss[CONFIGS:]) - sweep.rss[CONFIGS - 1]   # the second half: 3 configs x 2 implementations
-    assert late < LATE_BOUND_BYTES, [round(r / 2 ** 20) for r in sweep.rss]
+print(json.dumps({"rss": sweep.rss, "measured": measured}))
+"""
+
+
+def test_rss_stays_flat_across_big_embedding_configs(workspace):
+    done = subprocess.run([sys.executable, "-c", SWEEP, str(workspace.home), str(TABLE_ROWS), str(TABLE_DIM),
+                           str(CONFIGS)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    rss = result["rss"]
+    assert len(rss) == 2 * CONFIGS  # both implementations of every config
+    assert result["measured"] == 2 * CONFIGS * 2
+    growth = max(rss[2:]) - rss[1]  # after the first config of each implementation
+    assert growth < BOUND_BYTES, [round(r / 2 ** 20) for r in rss]
+    late = max(rss[CONFIGS:]) - rss[CONFIGS - 1]   # the second half: 3 configs x 2 implementations
+    assert late < LATE_BOUND_BYTES, [round(r / 2 ** 20) for r in rss]
