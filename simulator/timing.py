@@ -235,11 +235,15 @@ class ModelTiming:
         return self.measured.time(mapped.op, mapped.pass_, implementation(node, mapped), mapped.params,
                                   self.threads, self.default_state) is not None
 
+    def _looped(self, pass_: str) -> bool:
+        """Whether an embedding lookup's pass is priced by its 'loop' timing (:attr:`loop`): the forward only."""
+        return self.loop and pass_ == "fwd"
+
     def _tables_measured(self, node: Op, mapped: Mapped, tables: list[dict[str, Any]] | None) -> bool:
         """Whether an embedding lookup over exactly these tables was measured (priced then without a model)."""
         if self.measured is None or self.threads is None or not tables:
             return False
-        states = (LOOP, self.default_state) if self.loop and mapped.pass_ == "fwd" else (self.default_state,)
+        states = (LOOP, self.default_state) if self._looped(mapped.pass_) else (self.default_state,)
         return any(self.measured.embedding_time(mapped.pass_, implementation(node, mapped), tables, self.threads,
                                                 state) is not None for state in states)
 
@@ -271,7 +275,7 @@ class ModelTiming:
         embedding lookup's forward timed in a training loop by that ('measured-loop', :attr:`loop`), else the
         measurements in ``states`` combined as the models would be ('measured')."""
         lookup = r.mapped.op == "embedding_lookup"
-        if lookup and self.loop and r.mapped.pass_ == "fwd":
+        if lookup and self._looped(r.mapped.pass_):
             looped = self.measured.embedding_time(r.mapped.pass_, r.implementation, r.tables or [], self.threads,
                                                   LOOP)
             if looped is not None:
