@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from host_op_diagnosis import timeline_events, trainer_of  # noqa: E402
+from host_op_diagnosis import COMMANDS, timeline_events, trainer_of  # noqa: E402
 from in_context_ops import begin, predicted_runs  # noqa: E402
 from pmdb_commands import emit  # noqa: E402
 
@@ -52,31 +52,16 @@ def predicted_backward_us(trace: dict) -> float | None:
     return sum(prices) / iters if prices else None
 
 
-def sweep_medians(home: Path, rows: list[int]) -> dict[str, float]:
+def sweep_medians(home: Path, rows: list[int], log: list[str]) -> dict[str, float]:
     """Median over the from-traces rounds of the backward rows whose tables have exactly these row counts, per
     cache state (µs)."""
-    import duckdb
-
-    con = duckdb.connect(str(home / "pmdb.duckdb"), read_only=True)
-    try:
-        found = con.execute("SELECT cache_state, params, median_us FROM op_measurements WHERE op = "
-                            "'embedding_lookup' AND pass = 'bwd' AND median_us > 0 AND skipped IS NULL").fetchall()
-    finally:
-        con.close()
     out: dict[str, list[float]] = {}
-    for state, params, us in found:
-        if sorted(json.loads(params).get("E") or []) == sorted(rows):
-            out.setdefault(state, []).append(float(us))
+    for row in COMMANDS.sql(home, "SELECT cache_state, CAST(params AS VARCHAR) AS params, median_us FROM "
+                            "op_measurements WHERE op = 'embedding_lookup' AND pass = 'bwd' AND median_us > 0 AND "
+                            "skipped IS NULL", log):
+        if sorted(json.loads(row["params"]).get("E") or []) == sorted(rows):
+            out.setdefault(row["cache_state"], []).append(float(row["median_us"]))
     return {state: statistics.median(v) for state, v in sorted(out.items())}
-
-
-def l2_bytes() -> int:
-    """One core's L2 (sysfs; 1 MiB when unknown)."""
-    try:
-        text = Path("/sys/devices/system/cpu/cpu0/cache/index2/size").read_text().strip()
-        return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
-    except (OSError, ValueError):
-        return 2 ** 20
 
 
 def measure_run(config: dict, batch_size: int, rounds: int) -> dict[str, list[float]]:
@@ -84,6 +69,7 @@ def measure_run(config: dict, batch_size: int, rounds: int) -> dict[str, list[fl
     import torch
 
     from collectors.ops.timer import CacheFlusher
+    from pmdb.platform import cache_sizes
 
     trainer, ids = trainer_of("dlrm", config, batch_size, rounds)
     model = trainer.model
@@ -98,7 +84,7 @@ def measure_run(config: dict, batch_size: int, rounds: int) -> dict[str, list[fl
         out.grad_fn.register_hook(lambda grads, outs: stamps.__setitem__("post", time.perf_counter_ns()))
         return out
 
-    evict = torch.ones(4 * l2_bytes() // 4)
+    evict = torch.ones(cache_sizes().get("l2_bytes", 2 ** 20))   # 4x one core's L2, in float32
     flusher = CacheFlusher(evict=False)
 
     def rest_of_step(batch: Any, pooled: Any) -> None:
@@ -147,10 +133,10 @@ def main() -> None:
         from collectors.workloads.trainers import stored_config
 
         cfg = stored_config("dlrm", config, int(run["batch_size"]))
-        rows = [cfg.tables[t].num_rows for t in range(len(cfg.tables))]
+        rows = [table.num_rows for table in cfg.tables]
         times = measure_run(config, int(run["batch_size"]), opts.rounds)
         price = predicted_backward_us(trace)
-        sweeps = sweep_medians(home, rows)
+        sweeps = sweep_medians(home, rows, log)
         step = statistics.median(times[STATES[0]])
         lines += [f"### {run['workload']} b{run['batch_size']} (trace set {ts}, {run['platform']})", "",
                   f"Predicted: {price:.0f} µs for the lookup's backward node." if price is not None else
