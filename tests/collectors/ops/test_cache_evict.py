@@ -101,18 +101,18 @@ def test_a_cold_repetition_misses_the_last_level_cache():
             break
     else:
         pytest.fail(f"the eviction did not reach memory: {'; '.join(tried)}")
-    # the timer's cold state is the same thing: a cold repetition of the read is slower than a warm one. The warm
-    # repetitions share the LLC with whatever else runs (make test's other worker): on the 32 MiB-L3 AMD host
-    # (2026-11-30) once 2587 µs warm against 1756 just touched, so up to three tries, each warm then cold
+    # the timer's cold state is the same thing: a cold repetition of the read comes from memory, clearly slower
+    # than the read just touched. Not against the timer's warm repetitions: those share the LLC with whatever else
+    # runs (make test's other worker), and on the 32 MiB-L3 AMD host (2026-11-30) they took 2587-3437 µs against
+    # 1463-1756 just touched, in three tries running
     settings = TimerSettings(warmup=1, min_reps=7, max_reps=7, min_time_us=0, cold_min_reps=7, cold_max_reps=7)
     for _ in range(3):
-        warm = time_cpu(lambda: x[order], settings)
         cold = time_cpu(lambda: x[order], settings, flusher)
-        tried.append(f"timer: {cold.median_us:.0f} µs cold against {warm.median_us:.0f} µs warm")
-        if cold.median_us > 1.5 * warm.median_us:
+        tried.append(f"timer: {cold.median_us:.0f} µs cold against {touched:.0f} µs touched")
+        if cold.median_us > 1.5 * touched:
             break
     else:
-        pytest.fail(f"a cold repetition was not clearly slower than a warm one: {'; '.join(tried)}")
+        pytest.fail(f"a cold repetition was not clearly slower than a touched read: {'; '.join(tried)}")
 
 
 def test_without_a_target_or_a_helper_it_streams_twice_the_llc():
