@@ -47,7 +47,11 @@ from pmdb.traces.graph import Stream
 #    size class where its overhead version sampled that class (fitters.overheads.size_class, migration 0020)
 # 11: on a CPU rule 4 prices an embedding lookup's forward only; its backward, which a step runs long after the
 #    forward (its 'loop' timing runs it right after), is priced by its warm and cold timings like any op
-RULES_VERSION = 11
+# 12: reuse distances count the accesses of an op with children (its own tensors no op below it touches: an fbgemm
+#    kernel's tables, an in-place mul_ whose only child converts its scalar), and an op priced whole reads what its
+#    descendants read from outside it (an autograd node: the weights and activations the forward saved)
+#    (pmdb.traces.reuse)
+RULES_VERSION = 12
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

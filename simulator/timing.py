@@ -129,8 +129,8 @@ class ModelTiming:
         # a training loop of their own (collectors.ops.timer.time_loop) is priced by that, the caches as a step
         # leaves them. Not its backward (RULES_VERSION 11): the loop runs it right after its forward, a step runs the
         # rest of its forward and backward between them, and the backward then takes x1.4-1.6 its loop time
-        # (benchmarks/embedding_backward_in_step.py); it is priced like any op, by its warm and cold timings (its
-        # autograd node records no sized inputs: half-way, cache_levels.UNKNOWN)
+        # (benchmarks/embedding_backward_in_step.py); it is priced like any op, by its warm and cold timings and
+        # the reuse of the tables its kernel reads (pmdb.traces.reuse: a node reads what the ops below it read)
         self.loop = self.sync_host and state in ("default", REUSE)
         self.embedding = embedding or EmbeddingStats()
         self.usage = Usage()

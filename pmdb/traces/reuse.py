@@ -7,13 +7,18 @@ its **reuse distance** (the LRU stack distance in bytes). Here, per ET op, each 
 own bytes. The simulator turns them into a warm share with the target's cache capacity
 (:func:`warm_share`).
 
-* **Accesses** are made by the ET's leaf CPU ops (an op with CPU-op children accesses through them), reading their
-  inputs and writing their outputs; views and allocations touch no data (``opmap.VIEW_OPS``). A storage's size is
+* **Accesses** are made by the CPU ops that touch data, reading their inputs and writing their outputs; views and
+  allocations touch no data (``opmap.VIEW_OPS``). An op accesses the tensors of its own that no op below it
+  accesses (``aten::linear`` none: its ``addmm`` reads them; an fbgemm kernel its tables, its children only
+  allocating or copying an index): RULES_VERSION 12; before, an op with children accessed nothing. A storage's size is
   the largest view of it seen (numel x itemsize).
 * **Steady state**: an iteration runs after another like it, so the op sequence is replayed twice and distances are
   taken from the second pass: a weight first read in the forward pass was last touched by the previous iteration's
   optimizer. A storage never touched before (in either pass) has an infinite distance (cold).
-* Distances are queried at the start of each op (a parent op: before its first child's accesses).
+* Distances are queried at the start of each op (a parent op: before its first child's accesses). A parent op's
+  inputs are its own and those its descendants read that were not written inside it (RULES_VERSION 12): an
+  autograd node records only the gradient it is given, while its children read what the forward saved (the
+  weights, the activations, an embedding lookup's tables), and the node is priced as one op.
 
 Needs the tensor sizes (``input_tensors`` entries with numel and itemsize); entries without sizes count 0 bytes.
 """
@@ -76,34 +81,73 @@ def reuse_distances(ops: pd.DataFrame) -> dict[int, Reuse]:
     if cpu.empty:
         return {}
     ids = cpu["op_id"].astype(int).tolist()
-    parents = {int(p) for p in cpu["parent_id"].dropna().astype(int)}
     inputs = [_storages(v) for v in cpu["input_tensors"]]
     outputs = [_storages(v) for v in cpu["output_tensors"]]
-    touches = [op_id not in parents and _touches_data(str(name)) for op_id, name in zip(ids, cpu["name"])]
+    accessed, inputs, ending = _accesses(ids, cpu["parent_id"].tolist(), cpu["name"].tolist(), inputs, outputs)
     sizes: dict[int, float] = {}
     for per in inputs + outputs:
         for storage, size in per.items():
             sizes[storage] = max(sizes.get(storage, 0.0), size)
-    accesses = sum(len(i) + len(o) for i, o, t in zip(inputs, outputs, touches) if t)
-    tree = _Fenwick(2 * accesses + 1)
+    tree = _Fenwick(2 * sum(len(a) for a in accessed) + 1)
     latest: dict[int, int] = {}
     clock = 0
     out: dict[int, Reuse] = {}
     for second in (False, True):
-        for op_id, ins, outs, touch in zip(ids, inputs, outputs, touches):
+        for k, (op_id, ins) in enumerate(zip(ids, inputs)):
             if second and ins:
                 total = tree.prefix(clock)
                 out[op_id] = tuple((total - tree.prefix(latest[s] + 1) if s in latest else math.inf, sizes[s])
                                    for s in sorted(ins))
-            if not touch:
-                continue
-            for storage in list(ins) + [s for s in outs if s not in ins]:
-                if storage in latest:
-                    tree.add(latest[storage], -sizes[storage])
-                tree.add(clock, sizes[storage])
-                latest[storage] = clock
-                clock += 1
+            for j in ending.get(k, ()):   # an op's own accesses follow the ops below it (and end with it)
+                for storage in accessed[j]:
+                    if storage in latest:
+                        tree.add(latest[storage], -sizes[storage])
+                    tree.add(clock, sizes[storage])
+                    latest[storage] = clock
+                    clock += 1
     return out
+
+
+def _accesses(ids: list[int], parent_ids: list[Any], names: list[Any], inputs: list[dict[int, float]],
+              outputs: list[dict[int, float]]
+              ) -> tuple[list[list[int]], list[dict[int, float]], dict[int, list[int]]]:
+    """Per op (in the ops' order): the storages it accesses itself (its inputs, then its outputs, that no op below
+    it accesses; none for a view or an allocation), and its input storages (storage id -> bytes): its own plus those
+    the ops below it read before anything inside it wrote them; and position -> the ops (innermost first) whose
+    own accesses come right after the op at that position, the last below them (or themselves)."""
+    index = {op_id: k for k, op_id in enumerate(ids)}
+    children: dict[int, list[int]] = {}
+    for k, parent in enumerate(parent_ids):
+        if parent is not None and parent == parent and int(parent) in index:
+            children.setdefault(index[int(parent)], []).append(k)
+    own: list[list[int]] = [[] for _ in ids]
+    done: dict[int, tuple[set[int], dict[int, float], set[int]]] = {}   # op -> (accessed, read outside, written)
+
+    def walk(k: int) -> tuple[set[int], dict[int, float], set[int]]:
+        if k not in done:
+            below: set[int] = set()
+            read: dict[int, float] = {}
+            written: set[int] = set()
+            for child in children.get(k, []):
+                child_accessed, child_read, child_written = walk(child)
+                below |= child_accessed
+                read.update((s, b) for s, b in child_read.items() if s not in written)
+                written |= child_written
+            if _touches_data(str(names[k])):
+                own[k] = [s for s in list(inputs[k]) + [s for s in outputs[k] if s not in inputs[k]]
+                          if s not in below]
+            read.update((s, inputs[k][s]) for s in own[k] if s in inputs[k] and s not in written)
+            done[k] = (below | set(own[k]), read, written | {s for s in own[k] if s in outputs[k]})
+        return done[k]
+
+    reads = [{**walk(k)[1], **inputs[k]} for k in range(len(ids))]
+    last = list(range(len(ids)))
+    for k in reversed(range(len(ids))):   # children come after their parent in the ops' order
+        last[k] = max([last[k]] + [last[c] for c in children.get(k, [])])
+    ending: dict[int, list[int]] = {}
+    for k in reversed(range(len(ids))):
+        ending.setdefault(last[k], []).append(k)
+    return own, reads, ending
 
 
 def cached_bytes(distance: float, size: float, capacity_bytes: float) -> float:

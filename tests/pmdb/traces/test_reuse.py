@@ -50,6 +50,39 @@ def test_parents_and_views_touch_nothing():
     assert math.isnan(warm_share((), MB))
 
 
+def test_a_parent_reads_what_its_children_read_from_outside_it():
+    """An autograd node records only the gradient it is given; its children read what the forward saved (here a
+    4 MB weight) and what they wrote themselves (an intermediate, not an input of the node)."""
+    ops = _ops([(1, "aten::embedding_bag", None, [_t(5, 4 * MB), _t(1, MB)], [_t(2, MB)]),
+                (2, "aten::relu", None, [_t(2, MB)], [_t(3, 2 * MB)]),
+                (3, "autograd::engine::evaluate_function: EmbeddingBagBackward0", None, [], []),
+                (4, "EmbeddingBagBackward0", 3, [_t(3, 2 * MB)], []),
+                (5, "aten::mul", 4, [_t(3, 2 * MB)], [_t(7, MB)]),                    # an intermediate s7
+                (6, "aten::index_add_", 4, [_t(5, 4 * MB), _t(7, MB), _t(1, MB)], [_t(5, 4 * MB)])])
+    got = reuse_distances(ops)
+    # the node and its evaluate_function: the indices s1 (s2, s3 since), the gradient s3 just written and the
+    # weight s5 (s1 too since); never s7, made inside them
+    assert got[3] == got[4] == ((3 * MB, MB), (0.0, 2 * MB), (4 * MB, 4 * MB))
+    assert got[6] == ((4 * MB, MB), (5 * MB, 4 * MB), (0.0, MB))   # the leaf at its own start: s7 since
+    assert warm_share(got[3], 8 * MB) == 1.0 and warm_share(got[3], 4 * MB) == pytest.approx(3 / 7)
+
+
+def test_a_kernel_whose_children_only_allocate_or_copy_accesses_its_own_tensors():
+    """fbgemm's lookup kernel allocates its output through aten::empty and copies its offsets with a contiguous
+    child: it reads its 8 MB table itself (before RULES_VERSION 12 an op with children accessed nothing)."""
+    ops = _ops([(1, "fbgemm::split_embedding_codegen_forward_cpu", None, [_t(5, 8 * MB), _t(1, MB)],
+                 [_t(2, MB)]),
+                (2, "aten::empty", 1, [], [_t(2, MB)]),
+                (3, "aten::contiguous", 1, [_t(1, MB)], [_t(4, MB)]),   # a copy: it accesses s1 and s4
+                (4, "aten::relu", None, [_t(2, MB)], [_t(3, MB)])])
+    got = reuse_distances(ops)
+    # the kernel's own accesses follow its children's: the copy's s1 and s4, then the kernel's s5 and s2; relu
+    # reads s2 just written and writes s3
+    assert got[4] == ((0.0, MB),)
+    assert got[1] == ((11 * MB, MB), (2 * MB, 8 * MB))   # s1: s4, s5, s2, s3 since; s5: s2, s3
+    assert got[3] == ((11 * MB, MB),)                    # the copy, at the kernel's start: nothing between
+
+
 def test_an_op_without_tensors_has_no_entry():
     ops = _ops([(1, "aten::empty", None, [], [_t(1, MB)]), (2, "aten::zero_", None, [_t(1, MB)], [_t(1, MB)])])
     assert set(reuse_distances(ops)) == {2}
