@@ -117,37 +117,30 @@ def _accesses(ids: list[int], parent_ids: list[Any], names: list[Any], inputs: l
     own accesses come right after the op at that position, the last below them (or themselves)."""
     index = {op_id: k for k, op_id in enumerate(ids)}
     children: dict[int, list[int]] = {}
-    for k, parent in enumerate(parent_ids):
-        if parent is not None and parent == parent and int(parent) in index:
+    for k, parent in enumerate(parent_ids):   # a parent comes before its children (any other link is ignored)
+        if parent is not None and parent == parent and index.get(int(parent), k) < k:
             children.setdefault(index[int(parent)], []).append(k)
     own: list[list[int]] = [[] for _ in ids]
-    done: dict[int, tuple[set[int], dict[int, float], set[int]]] = {}   # op -> (accessed, read outside, written)
-
-    def walk(k: int) -> tuple[set[int], dict[int, float], set[int]]:
-        if k not in done:
-            below: set[int] = set()
-            read: dict[int, float] = {}
-            written: set[int] = set()
-            for child in children.get(k, []):
-                child_accessed, child_read, child_written = walk(child)
-                below |= child_accessed
-                read.update((s, b) for s, b in child_read.items() if s not in written)
-                written |= child_written
-            if _touches_data(str(names[k])):
-                own[k] = [s for s in list(inputs[k]) + [s for s in outputs[k] if s not in inputs[k]]
-                          if s not in below]
-            read.update((s, inputs[k][s]) for s in own[k] if s in inputs[k] and s not in written)
-            done[k] = (below | set(own[k]), read, written | {s for s in own[k] if s in outputs[k]})
-        return done[k]
-
-    reads = [{**walk(k)[1], **inputs[k]} for k in range(len(ids))]
-    last = list(range(len(ids)))
-    for k in reversed(range(len(ids))):   # children come after their parent in the ops' order
-        last[k] = max([last[k]] + [last[c] for c in children.get(k, [])])
+    accessed: list[set[int]] = [set() for _ in ids]      # by the op and the ops below it
+    read: list[dict[int, float]] = [{} for _ in ids]      # by them, before anything inside the op wrote it
+    written: list[set[int]] = [set() for _ in ids]
+    last = list(range(len(ids)))                          # position of the last op below it (itself without)
+    for k in reversed(range(len(ids))):                   # every op below k is done before k
+        below: set[int] = set()
+        for child in children.get(k, []):
+            below |= accessed[child]
+            read[k].update((s, b) for s, b in read[child].items() if s not in written[k])
+            written[k] |= written[child]
+            last[k] = max(last[k], last[child])
+        if _touches_data(str(names[k])):
+            own[k] = [s for s in list(inputs[k]) + [s for s in outputs[k] if s not in inputs[k]] if s not in below]
+        read[k].update((s, inputs[k][s]) for s in own[k] if s in inputs[k] and s not in written[k])
+        written[k] |= {s for s in own[k] if s in outputs[k]}
+        accessed[k] = below | set(own[k])
     ending: dict[int, list[int]] = {}
     for k in reversed(range(len(ids))):
         ending.setdefault(last[k], []).append(k)
-    return own, reads, ending
+    return own, [{**read[k], **inputs[k]} for k in range(len(ids))], ending
 
 
 def cached_bytes(distance: float, size: float, capacity_bytes: float) -> float:

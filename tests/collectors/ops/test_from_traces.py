@@ -195,6 +195,26 @@ def test_a_lookup_whose_tables_were_measured_is_priced_by_the_measurement(traced
                        for op in walk(top) if isinstance(map_op(op), Mapped) and map_op(op).op == "embedding_lookup")
 
 
+def test_the_lookup_and_its_backward_read_their_tables_in_the_reuse_distances(traced):
+    """A real FBGEMM run's execution trace (RULES_VERSION 12): the lookup's kernels, whose children only allocate or
+    copy, access their tables (4900 rows x 8 floats, one storage); the backward's autograd node, priced whole,
+    reads them through its kernel, at the distance of what ran since the forward."""
+    from pmdb.traces.from_store import load_graphs
+
+    ws, run_id = traced
+    tables = 4 * 8 * (1500 + 400 + 3000)
+    with Store.open(ws) as store:
+        ts = int(store.scalar("SELECT trace_set_id FROM trace_sets WHERE run_id = ?", [run_id]))
+        graph = load_graphs(store, ts, pick="best", detail=True, reuse=True)[0]
+    tops = {op.name: op for op in graph.ranks[0].ops}
+    forward = next(op for name, op in tops.items() if "split_embedding_codegen_lookup" in name)
+    backward = next(op for name, op in tops.items() if name.startswith("autograd::engine::evaluate_function:")
+                    and "SplitLookupFunction" in name)
+    assert [d for d, size in forward.reuse if size == tables]          # last touched by the previous update
+    (distance,) = [d for d, size in backward.reuse if size == tables]
+    assert 0 < distance < float("inf")   # the forward's lookup read them; the rest of the step since
+
+
 def test_traced_lookups_are_also_timed_in_a_training_loop_and_priced_by_it(traced_copy, capsys):
     """With the default --cache both, every traced FBGEMM lookup is also timed in the 'loop' state (both passes,
     the same config keys as its warm and cold rows; nothing else loops); a CPU prediction without a chosen cache

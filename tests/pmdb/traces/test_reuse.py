@@ -83,6 +83,19 @@ def test_a_kernel_whose_children_only_allocate_or_copy_accesses_its_own_tensors(
     assert got[3] == ((11 * MB, MB),)                    # the copy, at the kernel's start: nothing between
 
 
+def test_links_to_a_later_op_or_to_itself_are_not_children():
+    """A hand-edited or corrupt trace: op 1 names op 2 (after it) as its parent, op 3 itself. Neither is nesting
+    (a parent starts before its children), so each op accesses its own tensors; nothing loops."""
+    ops = _ops([(1, "aten::relu", 2, [_t(1, MB)], [_t(2, MB)]),
+                (2, "aten::relu", 1, [_t(2, MB)], [_t(3, MB)]),
+                (3, "aten::relu", 3, [_t(3, MB)], [_t(1, MB)])])
+    got = reuse_distances(ops)
+    # op 2 is op 1's child here (its parent comes first): op 1 reads s2 through it, and after it accesses s1 itself
+    # (not s2: op 2 accessed it); s1 was last accessed by op 3, s2 before op 2's s3 and s1, op 3's s3 and s1
+    assert got[1] == ((0.0, MB), (2 * MB, MB))
+    assert got[3] == ((MB, MB),)   # s3, written by op 2, then op 1's own s1
+
+
 def test_an_op_without_tensors_has_no_entry():
     ops = _ops([(1, "aten::empty", None, [], [_t(1, MB)]), (2, "aten::zero_", None, [_t(1, MB)], [_t(1, MB)])])
     assert set(reuse_distances(ops)) == {2}
