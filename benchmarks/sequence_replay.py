@@ -13,7 +13,14 @@ This takes one training step's forward + loss apart. Its top-level torch calls a
      (:mod:`collectors.ops.cache_evict`), then the dispatch path re-warmed on 4-element tensors;
   3. *+ output flushed*: the buffer the previous call's output sat in evicted too (the allocator hands it out again);
   4. *+ code cold*: as 3, but ~28 distinct tiny ops (sin, sort, conv1d, embedding, ...) run instead of the re-warm, so
-     the dispatch path is warm and the op's own kernel code is not, as after the other ops of a layer.
+     the dispatch path is warm and the op's own kernel code is not, as after the other ops of a layer;
+  5. *after the call before it*: nothing evicted; the recorded call that precedes it in program order runs
+     (untimed), then it: what its immediate predecessor leaves (caches, predictors, the core's state);
+  6. *after the 4 calls before it*: the same with the four calls before it. A phase's first calls have fewer
+     (the first none).
+  If 5 or 6 comes near *in sequence* where 1-4 do not, what a call loses in sequence is set by the few calls just
+  before it. Each of them could then be timed in a microbenchmark as a pair with its predecessor. States 2-4 need
+  the eviction helper; without it only 1, 5 and 6 run.
 
 The backward is taken apart the same way one level down: the aten ops the autograd engine runs for
 ``loss.backward()`` are recorded (a :class:`torch.utils._python_dispatch.TorchDispatchMode`) and replayed in
@@ -54,7 +61,10 @@ from in_context_ops import (GEMMS, begin, name_of, outermost_mode, predicted_ops
                             short, tensors_in)
 from pmdb_commands import emit  # noqa: E402
 
-STATES = ("warm", "inputs flushed", "+ output flushed", "+ code cold")
+STATES = ("warm", "inputs flushed", "+ output flushed", "+ code cold", "after the call before it",
+          "after the 4 calls before it")
+EVICTING = STATES[1:4]                     # the states that need the eviction helper
+BEFORE = {STATES[4]: 1, STATES[5]: 4}      # state -> how many of the preceding calls run before the timed one
 FAMILIES = ("dlrm", "transformer")
 FORWARD, BACKWARD = "forward + loss", "backward"
 # per phase: the predicted timeline's phases it covers, what its recorded calls are, whether they carry op prices
@@ -167,7 +177,7 @@ class Alone:
 
         self.calls = calls
         self.evictor = cache_evict.load()
-        self.states = STATES if self.evictor is not None else STATES[:1]
+        self.states = STATES if self.evictor is not None else tuple(s for s in STATES if s not in EVICTING)
         self.operands = [_storages((c.args, c.kwargs)) if self.evictor is not None else [] for c in calls]
         self.last: list[list[tuple[int, int]]] = []
         for call in calls:
@@ -196,6 +206,10 @@ class Alone:
                 if state == "warm":            # just run: its operands, output buffer and code in cache
                     out = call()
                     del out
+                elif state in BEFORE:          # the calls before it in program order, nothing evicted
+                    for before in self.calls[max(0, k - BEFORE[state]):k]:
+                        out = before()
+                        del out
                 else:
                     self.evictor.evict(self.operands[k])
                     if state != "inputs flushed":

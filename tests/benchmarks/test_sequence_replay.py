@@ -51,7 +51,7 @@ def test_each_call_is_timed_in_sequence_and_alone_in_every_state(bert):
     rounds = [alone.round() for _ in range(ROUNDS)]
     from collectors.ops import cache_evict
 
-    states = sr.STATES if cache_evict.load() is not None else sr.STATES[:1]
+    states = sr.STATES if cache_evict.load() is not None else ("warm",) + tuple(sr.BEFORE)
     for times in rounds:
         assert list(times) == list(states)
         assert all(len(values) == len(calls) and all(us > 0 for us in values) for values in times.values())
@@ -157,3 +157,28 @@ def test_a_missing_workspace_or_a_bad_count_is_one_line_and_exit_2(tmp_path):
                               capture_output=True, text=True)
         assert done.returncode == 2 and done.stdout == ""
         assert done.stderr.count("\n") == 1 and said in done.stderr
+
+
+def test_a_call_is_timed_right_after_the_calls_before_it_in_those_states():
+    """States 5 and 6 run the one or four calls that precede a call in program order, untimed, right before it (the
+    first calls of a phase have fewer); the other states run none of them between its untimed and timed call."""
+    sr = _module()
+    ran: list[int] = []
+
+    def call(i: int):
+        return sr.Call(lambda: (ran.append(i), torch.zeros(4))[1], (), {}, f"op{i}")
+
+    calls = [call(i) for i in range(6)]
+    alone = sr.Alone(calls)
+    ran.clear()
+    alone.round()
+    fifth = ran[ran.index(5):]   # call 5's states in order: per state, the calls that ran, the timed one last
+    expected = []
+    for state in alone.states:
+        before = sr.BEFORE.get(state)
+        expected += [5] if state == "warm" else []
+        expected += list(range(5 - before, 5)) if before else []
+        expected += [5]
+    assert fifth == expected
+    first = ran[:ran.index(1)]   # call 0: no call before it, so only its own runs in every state
+    assert set(first) == {0}
