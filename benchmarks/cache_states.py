@@ -13,7 +13,14 @@ chosen by it. Two measurements, both on one thread:
    :class:`collectors.ops.timer.CacheFlusher`, then the same re-warm). Repetitions of the three alternate, so a busy
    neighbour slows them alike; medians of ``--reps``. ``(llc - warm) / (cold - warm)`` says how much of the cold
    penalty an LLC hit already pays: near 1, cold and in-LLC cost the same on this host.
-3. **A backward call's own cost.** Every backward microbenchmark times one ``torch.autograd.grad`` call; a training
+3. **The op at a reuse distance.** Each of a few bert-sized shapes (:data:`AT_DISTANCE`) cycled through as many
+   operand sets as fill ``W`` bytes (``W`` in :data:`WORKING_SETS`): each call's operands were last used ``W``
+   bytes of other operands ago, with nothing flushed. That is what pmdb's reuse pricing models: an operand's reuse
+   distance plus its size (:mod:`pmdb.traces.reuse`). The share of the cold penalty paid, ``(t(W) - warm) /
+   (cold - warm)``, is set beside the share pmdb gives that footprint (``simulator.cache_levels.cold_share``,
+   with this host's sysfs L2 and LLC and the LLC found by a memory probe taken here). Passes after the first are
+   timed, medians.
+4. **A backward call's own cost.** Every backward microbenchmark times one ``torch.autograd.grad`` call; a training
    step pays the engine's per-call cost once per backward, not per node. Per size: one relu's isolated
    ``autograd.grad``, the per-node cost inside a 50-relu chain's backward, and the direct ``threshold_backward``;
    the isolated call minus the in-chain node is what a backward op's microbenchmark carries that a step's node does
@@ -144,6 +151,47 @@ def three_states(make: Callable[[], tuple[Op, tuple]], flusher: CacheFlusher, st
     return {state: float(np.median(v)) for state, v in samples.items()}
 
 
+AT_DISTANCE = {"linear 1024x128 -> 128": _addmm(1024, 128, 128), "linear 1024x512 -> 128": _addmm(1024, 512, 128),
+               "add 1024x128": _add(1024, 128), "layer_norm 1024x128": _layer_norm(1024, 128)}
+WORKING_SETS = tuple(m * 2 ** 20 for m in (1, 2, 4, 8, 16, 32, 64))
+
+
+def at_distance(make: Callable[[], tuple[Op, tuple]], flusher: CacheFlusher, reps: int,
+                working_sets: tuple[int, ...] = WORKING_SETS) -> tuple[dict[str, float], int, dict[int, float]]:
+    """(median µs warm and cold as :func:`three_states` takes them without the LLC state, the op's bytes (operands
+    and output), {working set bytes: median µs of a call whose operands were last used that many bytes ago})."""
+    fn, roots = make()
+    twin, _ = make()
+    out = fn()
+    size = sum(t.numel() * t.element_size() for t in (*roots, out))
+    del out
+    flusher.target(fn, *roots)
+    warm, cold = [], []
+    for _ in range(reps):
+        fn()
+        start = time.perf_counter_ns()
+        fn()
+        warm.append((time.perf_counter_ns() - start) / 1e3)
+        flusher.flush()
+        twin()
+        start = time.perf_counter_ns()
+        fn()
+        cold.append((time.perf_counter_ns() - start) / 1e3)
+    cycled: dict[int, float] = {}
+    for ws in working_sets:
+        sets = [make()[0] for _ in range(max(2, -(-ws // size)))]
+        times = []
+        for p in range(1 + max(2, -(-8 * reps // len(sets)))):   # the first pass only brings the sets in
+            for call in sets:
+                start = time.perf_counter_ns()
+                call()
+                if p:
+                    times.append((time.perf_counter_ns() - start) / 1e3)
+        cycled[ws] = float(np.median(times))
+        del sets
+    return {"warm": float(np.median(warm)), "cold": float(np.median(cold))}, size, cycled
+
+
 def backward_call_cost(elements: int, reps: int, chain: int = 50) -> dict[str, float]:
     """µs: one relu's isolated ``autograd.grad`` ('single'), the per-node cost in a ``chain``-relu backward
     ('in_chain'), the direct ``threshold_backward`` ('direct'), and single - in_chain ('call'), as the ops sweep
@@ -152,6 +200,36 @@ def backward_call_cost(elements: int, reps: int, chain: int = 50) -> dict[str, f
     g, y = torch.randn(elements), torch.randn(elements).relu()
     direct = median_us(lambda: torch.ops.aten.threshold_backward(g, y, 0.0), reps, min(20, reps))
     return {"single": figures["single"], "in_chain": figures["per_node"], "direct": direct, "call": figures["call"]}
+
+
+def distance_lines(flusher: CacheFlusher, reps: int, l2: int, llc: int | None) -> list[str]:
+    """The section of :func:`at_distance` over :data:`AT_DISTANCE`: per shape and working set, the share of the
+    cold penalty measured and the share pmdb's reuse pricing gives."""
+    from collectors.memory_probe import read_probe
+    from simulator.cache_levels import cold_share
+    from simulator.llc_found import from_summaries
+
+    found = from_summaries([{"memory_probe": [read_probe(curve=True)]}], "ops")
+    found = found.with_llc(llc) if found is not None else None
+    heads = " | ".join(f"{ws // 2 ** 20} MiB" for ws in WORKING_SETS)
+    lines = ["", f"## The op at a reuse distance (working sets cycled; share of the cold penalty measured / pmdb's; "
+                 f"warm and cold median µs of {reps})", "",
+             "LLC found by a memory probe here: " + (found.label() if found else "none (no flush helper, or the "
+                                                     "probe told no LLC pace from memory's): pmdb's share is then LRU "
+                                                     "over the sysfs LLC")
+             + f"; sysfs L2 {l2 / 2 ** 20:g} MiB, LLC {(llc or 0) / 2 ** 20:g} MiB.", "",
+             f"| op | MiB | warm | cold | {heads} |", "|---|---|---|---|" + "---|" * len(WORKING_SETS)]
+    for name, make in AT_DISTANCE.items():
+        t, size, cycled = at_distance(make, flusher, reps)
+        gap = t["cold"] - t["warm"]
+        cells = []
+        for ws, us in cycled.items():
+            measured = (us - t["warm"]) / gap if gap > 1e-9 else float("nan")
+            modelled = cold_share([(max(ws - size, 0.0), float(size))], float(l2), float(llc or 0), found)
+            cells.append(f"{measured:.2f} / {modelled:.2f}")
+        lines.append(f"| {name} | {size / 2 ** 20:.2f} | {t['warm']:.0f} | {t['cold']:.0f} | " + " | ".join(cells)
+                     + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,12 +241,16 @@ def main(argv: list[str] | None = None) -> int:
         print("cache_states: --reps must be at least 3", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
+    from collectors.workloads.allocator import apply_in_process
+
+    apply_in_process()   # pmdb's allocator settings, as `collect ops` times with them
     load_before = os.getloadavg()[0]
     sysfs = cache_sizes()
     l2 = sysfs.get("l2_bytes") or 2 ** 21
     lines = [f"# Cache states on this host — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "",
              f"Host: {host_line()}; sysfs: L2 {l2 / 2 ** 20:g} MiB per core, LLC "
-             f"{(sysfs.get('llc_bytes') or 0) / 2 ** 20:g} MiB; one thread; load average {load_before:.2f} at start. "
+             f"{(sysfs.get('llc_bytes') or 0) / 2 ** 20:g} MiB; one thread, pmdb's allocator settings (since "
+             f"2026-11-30); load average {load_before:.2f} at start. "
              f"`benchmarks/cache_states.py` (diagnosis only: nothing is fitted on it).", "",
              "## Read rate of a buffer just read (effective capacities)", "", "| MiB | GB/s |", "|---|---|"]
     for mib in SIZES_MIB:
@@ -183,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         t = three_states(make, flusher, stream, args.reps)
         share = (t["llc"] - t["warm"]) / (t["cold"] - t["warm"]) if t["cold"] - t["warm"] > 1e-9 else float("nan")
         lines.append(f"| {name} | {t['warm']:.1f} | {t['llc']:.1f} | {t['cold']:.1f} | {share:.2f} |")
+    lines += distance_lines(flusher, args.reps, l2, sysfs.get("llc_bytes"))
     lines += ["", f"## A backward call's own cost (median µs of {args.reps * 5}; chain of 50 relus)", "",
               "| elements | isolated autograd.grad | per node in a chain | direct kernel | the call's own cost |",
               "|---|---|---|---|---|"]

@@ -34,3 +34,15 @@ def test_a_backward_call_costs_more_alone_than_as_a_node_of_a_chain():
     assert cost["single"] > cost["direct"] > 0
     assert cost["call"] == cost["single"] - cost["in_chain"]
     assert cost["call"] > 0   # the engine's per-call work, paid once per backward in a step
+
+
+def test_an_op_cycled_through_operand_sets_is_timed_per_working_set():
+    bench = load_benchmark("cache_states")
+    from collectors.ops.timer import CacheFlusher
+
+    sizes = (2 ** 20, 4 * 2 ** 20)
+    states, size, cycled = bench.at_distance(bench.AT_DISTANCE["add 1024x128"], CacheFlusher(), reps=5,
+                                             working_sets=sizes)
+    assert size == 3 * 1024 * 128 * 4   # two operands and the output, float32
+    assert set(states) == {"warm", "cold"} and all(t > 0 for t in states.values())
+    assert list(cycled) == list(sizes) and all(t > 0 for t in cycled.values())
