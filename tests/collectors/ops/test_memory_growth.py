@@ -14,9 +14,12 @@ TABLE_BYTES = TABLE_ROWS * TABLE_DIM * 4       # 51.2 MB (48.8 MiB)
 # in their pooling factor): tables growing from config to config (as this test had them until 2026-11-30) let the heap
 # (mmap off, pmdb's malloc settings) keep a freed table-sized block that the next, larger, table could not take. With
 # the holes made below, RSS then rose by 50 MiB at the 9th of 12 measurements in one run and by 51, then 101 MiB in
-# another (it failed once in a fresh-clone suite); with equal tables, 0-2 MiB. A leak grows by a table per config:
-# at most one table, and none over the second half of the sweep.
-BOUND_BYTES = int(1.5 * TABLE_BYTES)
+# another (it failed once in a fresh-clone suite); with equal tables, 0-2 MiB. A leak grows by a table per config,
+# 10 tables over the measurements after the first two: the whole sweep may hold two more tables' worth of heap (a
+# fresh-clone suite on the AMD host, 2026-11-30 12:43, measured 556, 597, 645, 645, 691, 691 MiB over the first six,
+# +1.9 tables, with equal tables; never reproduced alone, under load, or with pmdb's malloc settings exported), and
+# none over the second half of the sweep, where a leak would add five.
+BOUND_BYTES = int(2.5 * TABLE_BYTES)
 LATE_BOUND_BYTES = TABLE_BYTES // 2
 ROOT = Path(__file__).resolve().parents[3]
 
