@@ -156,27 +156,15 @@ AT_DISTANCE = {"linear 1024x128 -> 128": _addmm(1024, 128, 128), "linear 1024x51
 WORKING_SETS = tuple(m * 2 ** 20 for m in (1, 2, 4, 8, 16, 32, 64))
 
 
-def at_distance(make: Callable[[], tuple[Op, tuple]], flusher: CacheFlusher, reps: int,
+def at_distance(make: Callable[[], tuple[Op, tuple]], flusher: CacheFlusher, stream: np.ndarray, reps: int,
                 working_sets: tuple[int, ...] = WORKING_SETS) -> tuple[dict[str, float], int, dict[int, float]]:
-    """(median µs warm and cold as :func:`three_states` takes them without the LLC state, the op's bytes (operands
-    and output), {working set bytes: median µs of a call whose operands were last used that many bytes ago})."""
+    """(median µs warm and cold as :func:`three_states` takes them, the op's bytes (operands and output), {working
+    set bytes: median µs of a call whose operands were last used that many bytes ago})."""
+    t = three_states(make, flusher, stream, reps)
     fn, roots = make()
-    twin, _ = make()
     out = fn()
-    size = sum(t.numel() * t.element_size() for t in (*roots, out))
+    size = sum(x.numel() * x.element_size() for x in (*roots, out))
     del out
-    flusher.target(fn, *roots)
-    warm, cold = [], []
-    for _ in range(reps):
-        fn()
-        start = time.perf_counter_ns()
-        fn()
-        warm.append((time.perf_counter_ns() - start) / 1e3)
-        flusher.flush()
-        twin()
-        start = time.perf_counter_ns()
-        fn()
-        cold.append((time.perf_counter_ns() - start) / 1e3)
     cycled: dict[int, float] = {}
     for ws in working_sets:
         sets = [make()[0] for _ in range(max(2, -(-ws // size)))]
@@ -189,7 +177,7 @@ def at_distance(make: Callable[[], tuple[Op, tuple]], flusher: CacheFlusher, rep
                     times.append((time.perf_counter_ns() - start) / 1e3)
         cycled[ws] = float(np.median(times))
         del sets
-    return {"warm": float(np.median(warm)), "cold": float(np.median(cold))}, size, cycled
+    return {"warm": t["warm"], "cold": t["cold"]}, size, cycled
 
 
 def backward_call_cost(elements: int, reps: int, chain: int = 50) -> dict[str, float]:
@@ -202,7 +190,7 @@ def backward_call_cost(elements: int, reps: int, chain: int = 50) -> dict[str, f
     return {"single": figures["single"], "in_chain": figures["per_node"], "direct": direct, "call": figures["call"]}
 
 
-def distance_lines(flusher: CacheFlusher, reps: int, l2: int, llc: int | None) -> list[str]:
+def distance_lines(flusher: CacheFlusher, stream: np.ndarray, reps: int, l2: int, llc: int | None) -> list[str]:
     """The section of :func:`at_distance` over :data:`AT_DISTANCE`: per shape and working set, the share of the
     cold penalty measured and the share pmdb's reuse pricing gives."""
     from collectors.memory_probe import read_probe
@@ -220,7 +208,7 @@ def distance_lines(flusher: CacheFlusher, reps: int, l2: int, llc: int | None) -
              + f"; sysfs L2 {l2 / 2 ** 20:g} MiB, LLC {(llc or 0) / 2 ** 20:g} MiB.", "",
              f"| op | MiB | warm | cold | {heads} |", "|---|---|---|---|" + "---|" * len(WORKING_SETS)]
     for name, make in AT_DISTANCE.items():
-        t, size, cycled = at_distance(make, flusher, reps)
+        t, size, cycled = at_distance(make, flusher, stream, reps)
         gap = t["cold"] - t["warm"]
         cells = []
         for ws, us in cycled.items():
@@ -265,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         t = three_states(make, flusher, stream, args.reps)
         share = (t["llc"] - t["warm"]) / (t["cold"] - t["warm"]) if t["cold"] - t["warm"] > 1e-9 else float("nan")
         lines.append(f"| {name} | {t['warm']:.1f} | {t['llc']:.1f} | {t['cold']:.1f} | {share:.2f} |")
-    lines += distance_lines(flusher, args.reps, l2, sysfs.get("llc_bytes"))
+    lines += distance_lines(flusher, stream, args.reps, l2, sysfs.get("llc_bytes"))
     lines += ["", f"## A backward call's own cost (median µs of {args.reps * 5}; chain of 50 relus)", "",
               "| elements | isolated autograd.grad | per node in a chain | direct kernel | the call's own cost |",
               "|---|---|---|---|---|"]

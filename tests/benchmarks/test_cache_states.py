@@ -41,7 +41,8 @@ def test_an_op_cycled_through_operand_sets_is_timed_per_working_set():
     from collectors.ops.timer import CacheFlusher
 
     sizes = (2 ** 20, 4 * 2 ** 20)
-    states, size, cycled = bench.at_distance(bench.AT_DISTANCE["add 1024x128"], CacheFlusher(), reps=5,
+    stream = np.ones(2 ** 20, dtype=np.float32)
+    states, size, cycled = bench.at_distance(bench.AT_DISTANCE["add 1024x128"], CacheFlusher(), stream, reps=5,
                                              working_sets=sizes)
     assert size == 3 * 1024 * 128 * 4   # two operands and the output, float32
     assert set(states) == {"warm", "cold"} and all(t > 0 for t in states.values())
