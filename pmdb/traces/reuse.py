@@ -83,12 +83,12 @@ def reuse_distances(ops: pd.DataFrame) -> dict[int, Reuse]:
     ids = cpu["op_id"].astype(int).tolist()
     inputs = [_storages(v) for v in cpu["input_tensors"]]
     outputs = [_storages(v) for v in cpu["output_tensors"]]
-    accessed, inputs, ending = _accesses(ids, cpu["parent_id"].tolist(), cpu["name"].tolist(), inputs, outputs)
+    own, inputs, ending = _accesses(ids, cpu["parent_id"].tolist(), cpu["name"].tolist(), inputs, outputs)
     sizes: dict[int, float] = {}
     for per in inputs + outputs:
         for storage, size in per.items():
             sizes[storage] = max(sizes.get(storage, 0.0), size)
-    tree = _Fenwick(2 * sum(len(a) for a in accessed) + 1)
+    tree = _Fenwick(2 * sum(len(a) for a in own) + 1)
     latest: dict[int, int] = {}
     clock = 0
     out: dict[int, Reuse] = {}
@@ -99,7 +99,7 @@ def reuse_distances(ops: pd.DataFrame) -> dict[int, Reuse]:
                 out[op_id] = tuple((total - tree.prefix(latest[s] + 1) if s in latest else math.inf, sizes[s])
                                    for s in sorted(ins))
             for j in ending.get(k, ()):   # an op's own accesses follow the ops below it (and end with it)
-                for storage in accessed[j]:
+                for storage in own[j]:
                     if storage in latest:
                         tree.add(latest[storage], -sizes[storage])
                     tree.add(clock, sizes[storage])
