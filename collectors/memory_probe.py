@@ -39,6 +39,9 @@ PROBE_BYTES = 64 * 2 ** 20   # beyond what one process finds of a shared LLC (~3
 READS = 5
 LLC_SIZES = (16 * 2 ** 20, PROBE_BYTES, 256 * 2 ** 20)   # the LLC curve's reads (bytes); the first is its reference
 CURVE_READS = 3
+DECAY_SIZES = {"l2": 256 * 2 ** 10, "llc": 4 * 2 ** 20}   # a buffer L2 holds, one only the LLC holds (bytes)
+DECAY_WAITS_US = (0, 1000, 4000, 16000)                  # busy time between the touch and the read (µs)
+DECAY_READS = 3
 
 
 def _mapped(nbytes: int) -> tuple[mmap.mmap, np.ndarray]:
@@ -82,10 +85,44 @@ def llc_curve(buffer: torch.Tensor, reads: int = CURVE_READS) -> dict[str, Any] 
             "flushed_us": round(float(statistics.median(flushed)), 1)}
 
 
-def read_probe(nbytes: int = PROBE_BYTES, reads: int = READS, curve: bool = False) -> dict[str, Any]:
+def _spin(us: float) -> None:
+    """Keep the core busy for ``us`` µs on a few bytes (a step's core is busy too: the wait is not an idle one)."""
+    end = time.perf_counter_ns() + int(us * 1e3)
+    while time.perf_counter_ns() < end:
+        pass
+
+
+def decay_curve(buffer: torch.Tensor, reads: int = DECAY_READS) -> dict[str, Any] | None:
+    """How long what a process touched stays in its caches while it works on other things: per level of
+    :data:`DECAY_SIZES` (a prefix of ``buffer``), the read just touched and then the core kept busy for each of
+    :data:`DECAY_WAITS_US` (on a few bytes), and the read just flushed from every cache level (``cache_evict``):
+    ``{"waits_us", "sizes", "reads_us": {level: [...]}, "flushed_us": {level: ...}}``, medians in µs; None where no
+    flush helper loads. :mod:`simulator.cache_decay` turns them into the share of the warm state that survives.
+    About 0.3 s. On the 2-core AMD EPYC host (32 MiB L3, 2026-11-30) a 4 MiB buffer read in 46 µs just touched,
+    ~50 after 2 ms, ~100 after 8 ms and at its flushed time (~180) after 32 ms; a 256 KiB one the same way."""
+    evictor = cache_evict.load()
+    if evictor is None:
+        return None
+    out: dict[str, Any] = {"waits_us": list(DECAY_WAITS_US), "sizes": {}, "reads_us": {}, "flushed_us": {}}
+    for level, nbytes in DECAY_SIZES.items():
+        view = buffer[:nbytes // 4]
+        per_wait = []
+        for wait in DECAY_WAITS_US:
+            times = _read_times(view, nbytes, reads, lambda b, wait=wait: (b.sum(), _spin(wait)))
+            per_wait.append(round(float(statistics.median(times)), 1))
+        flushed = _read_times(view, nbytes, reads, lambda b: evictor.evict([(b.data_ptr(), b.numel() * 4)]))
+        out["sizes"][level] = nbytes
+        out["reads_us"][level] = per_wait
+        out["flushed_us"][level] = round(float(statistics.median(flushed)), 1)
+    return out
+
+
+def read_probe(nbytes: int = PROBE_BYTES, reads: int = READS, curve: bool = False,
+               decay: bool = False) -> dict[str, Any]:
     """One probe: the median time (µs) of ``reads`` sums over a float32 buffer of ``nbytes`` read just before, on one
     thread (the caller's thread count is restored); ``curve``: with the LLC curve (:func:`llc_curve`, ~0.3 s more)
-    under ``"llc"``."""
+    under ``"llc"``; ``decay`` (with ``curve``): and the caches' decay over time (:func:`decay_curve`, ~0.15 s
+    more) under ``"decay"``."""
     if nbytes < 4 or reads < 1:
         raise ValueError("a probe needs at least 4 bytes and one read")
     threads = torch.get_num_threads()
@@ -95,6 +132,7 @@ def read_probe(nbytes: int = PROBE_BYTES, reads: int = READS, curve: bool = Fals
         buffer = torch.from_numpy(array)
         times = _read_times(buffer, nbytes, reads)
         found = llc_curve(buffer) if curve else None
+        decayed = decay_curve(buffer) if curve and decay else None
         del buffer
     finally:
         del array
@@ -104,4 +142,6 @@ def read_probe(nbytes: int = PROBE_BYTES, reads: int = READS, curve: bool = Fals
                            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     if found is not None:
         out["llc"] = found
+    if decayed is not None:
+        out["decay"] = decayed
     return out

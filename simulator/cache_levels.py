@@ -20,7 +20,10 @@ half-way. Sizes in bytes.
 
 Where the run recorded the LLC it found (:mod:`simulator.llc_found`: reads of 16, 64 and 256 MiB against the DRAM
 pace, at the run's time), that measured fraction replaces "all of it while the sysfs LLC holds it": on a shared
-host a process finds a share of the LLC that moves with its neighbours.
+host a process finds a share of the LLC that moves with its neighbours. Where its probes also recorded how the
+caches decay over time (:mod:`simulator.cache_decay`, RULES_VERSION 13) and the reuse distances carry the µs since
+each operand's last access, the bytes found in L2 and in the LLC are scaled by their level's surviving share at
+that time: on a shared host an operand last touched a step ago is cold though few bytes came between.
 """
 from __future__ import annotations
 
@@ -41,17 +44,21 @@ def cold_share(reuse: Sequence[Sequence[float]], l2_bytes: float, llc_bytes: flo
     (:class:`simulator.llc_found.LlcFound`, the fraction found at a footprint in bytes), which then decides how much
     of what L2 does not hold is in the LLC, at the footprint (reuse distance + size) times the ``sharing`` ranks;
     without it, what an LRU cache of ``llc_bytes`` (already split among the ranks) holds."""
-    total = sum(size for _, size in reuse)
+    total = sum(entry[1] for entry in reuse)
     if not total:
         return UNKNOWN
     warm_from_l2 = total <= l2_bytes
+    decay = getattr(found, "decay", None)
     cold = 0.0
-    for distance, size in reuse:
+    for entry in reuse:
+        distance, size = entry[0], entry[1]
         in_l2 = cached_bytes(distance, size, l2_bytes)
         if found is not None:
             in_llc = (size - in_l2) * min(max(found((distance + size) * max(sharing, 1)), 0.0), 1.0)
         else:
             in_llc = cached_bytes(distance, size, llc_bytes) - in_l2
+        if decay is not None and len(entry) > 2:   # what the caches lost over the time since its last access
+            in_l2, in_llc = in_l2 * decay("l2", entry[2]), in_llc * decay("llc", entry[2])
         cold += (size - in_l2 - in_llc) + (LLC_NOT_L2 * in_llc if warm_from_l2 else 0.0)
     return min(max(cold / total, 0.0), 1.0)
 

@@ -19,14 +19,15 @@ platform's ``collect ops`` runs' (the prices' moment).
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from pmdb.store import Store
-from simulator.memory_phase import run_summaries, sweep_summaries
+from simulator import cache_decay
+from simulator.cache_decay import CacheDecay
+from simulator.memory_phase import run_summaries, summary_probes, sweep_summaries
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class LlcFound:
     probes: int
     source: str                # 'run' (the truth's own probes) or 'ops' (the platform's sweeps)
     llc_bytes: float | None = None
+    decay: CacheDecay | None = None   # what survives a while of other work (simulator.cache_decay), where probed
 
     def __call__(self, nbytes: float) -> float:
         """The fraction found at a reuse footprint of ``nbytes``."""
@@ -55,7 +57,10 @@ class LlcFound:
         return self.found[-1]
 
     def with_llc(self, llc_bytes: float | None) -> "LlcFound":
-        return LlcFound(self.sizes, self.found, self.probes, self.source, llc_bytes)
+        return LlcFound(self.sizes, self.found, self.probes, self.source, llc_bytes, self.decay)
+
+    def with_decay(self, decay: CacheDecay | None) -> "LlcFound":
+        return LlcFound(self.sizes, self.found, self.probes, self.source, self.llc_bytes, decay)
 
     def label(self) -> str:
         """'16 MiB 100%, 64 MiB 85%, 256 MiB 0%'."""
@@ -63,13 +68,19 @@ class LlcFound:
 
     def to_json(self) -> dict[str, Any]:
         """What a prediction records of it: the sizes (bytes), found fractions, probes and whose they were."""
-        return {"sizes": [int(s) for s in self.sizes], "found": [round(f, 4) for f in self.found],
-                "probes": self.probes, "source": self.source}
+        out = {"sizes": [int(s) for s in self.sizes], "found": [round(f, 4) for f in self.found],
+               "probes": self.probes, "source": self.source}
+        if self.decay is not None:
+            out["decay"] = self.decay.to_json()
+        return out
 
     def sentence(self) -> str:
         whose = "this run's" if self.source == "run" else "the platform's op sweeps'"
-        return (f"ops priced by reuse distance in the LLC found by {whose} {self.probes} memory probes (share of a "
+        said = (f"ops priced by reuse distance in the LLC found by {whose} {self.probes} memory probes (share of a "
                 f"re-read buffer found there: {self.label()})")
+        if self.decay is not None:
+            said += f"; warm state left after other work: {self.decay.label()}"
+        return said
 
 
 def probe_found(llc: Any) -> dict[float, float] | None:
@@ -99,14 +110,8 @@ def from_summaries(summaries: Iterable[Any], source: str) -> LlcFound | None:
     per_size: dict[float, list[float]] = {}
     probes = 0
     for summary in summaries:
-        if isinstance(summary, str):
-            try:
-                summary = json.loads(summary)
-            except ValueError:
-                continue
-        listed = summary.get("memory_probe") if isinstance(summary, dict) else None
-        for probe in listed if isinstance(listed, list) else []:
-            found = probe_found(probe.get("llc")) if isinstance(probe, dict) else None
+        for probe in summary_probes(summary, "memory_probe"):
+            found = probe_found(probe.get("llc"))
             if found is None:
                 continue
             probes += 1
@@ -125,9 +130,12 @@ def run_llc_found(store: Store, workload_run_id: str | None, platform: str,
     """The LLC a workload run found (its own probes), else the one the platform's completed op sweeps found; None
     where neither recorded it (runs before 2026-11-29, GPU platforms, hosts without a cache-line flush)."""
     found = run_found(store, workload_run_id)
-    if found is None:
-        found = from_summaries(sweep_summaries(store, platform), "ops")
-    return None if found is None else found.with_llc(llc_bytes)
+    decay = cache_decay.from_summaries(run_summaries(store, workload_run_id)) if workload_run_id else None
+    if found is None or decay is None:
+        sweeps = sweep_summaries(store, platform)
+        found = found if found is not None else from_summaries(sweeps, "ops")
+        decay = decay if decay is not None else cache_decay.from_summaries(sweeps)
+    return None if found is None else found.with_llc(llc_bytes).with_decay(decay)
 
 
 def run_found(store: Store, workload_run_id: str | None) -> LlcFound | None:

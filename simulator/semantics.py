@@ -51,7 +51,10 @@ from pmdb.traces.graph import Stream
 #    kernel's tables, an in-place mul_ whose only child converts its scalar), and an op priced whole reads what its
 #    descendants read from outside it (an autograd node: the weights and activations the forward saved)
 #    (pmdb.traces.reuse)
-RULES_VERSION = 12
+# 13: reuse pricing scales the bytes an op finds in L2 and in the LLC by what those levels keep after the traced time
+#    since the operand's last access, where the run's (or the platform's op sweeps') memory probes measured how the
+#    caches decay over time (simulator.cache_decay; pmdb.traces.reuse's elapsed µs)
+RULES_VERSION = 13
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

@@ -399,7 +399,7 @@ class Sweep:
         self.summary.planned(len(items), resumed)
         if items and self.device.type == "cpu":   # the host's memory pace while these prices are taken
             with self._unbounded():
-                self.summary.memory_probe.append(read_probe(curve=True))
+                self.summary.memory_probe.append(read_probe(curve=True, decay=True))
             self.summary.wake_probe.append(read_wake())   # on the sweep's one thread
         self.run.summary = self.summary.as_dict()
         bar = tqdm(items, total=len(items), unit="config", disable=not progress, dynamic_ncols=True,

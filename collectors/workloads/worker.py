@@ -98,7 +98,7 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
     step = trainer.step
     built = time.perf_counter()
     # the host's memory pace and the LLC it finds, before the warm-up re-warms the caches
-    probes = [read_probe(curve=True)] if rank == 0 else []
+    probes = [read_probe(curve=True, decay=True)] if rank == 0 else []
     time_iterations(step, job.warmup_ids, [], before, sync)
     optimizer = getattr(trainer, "optimizer", None)
     state = state_zero_fractions(optimizer, job.warmup)   # between iterations: outside every timed interval

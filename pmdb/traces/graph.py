@@ -65,7 +65,7 @@ class Op:
     sub: list["Op"] = field(default_factory=list)  # direct child ops (built on request, for model mode on CPUs)
     phase: str = "fw"                      # training phase: fw, bw or optimizer (pmdb.traces.phases)
     step_range: str | None = None          # the optimizer range it runs in (pmdb.traces.phases.optimizer_range)
-    reuse: tuple[tuple[float, float], ...] = ()  # per input storage (reuse distance, bytes): pmdb.traces.reuse
+    reuse: tuple[tuple[float, ...], ...] = ()  # per input storage (reuse distance, bytes[, µs since]): traces.reuse
     zero_frac: float = 0.0                 # share of exact zeros in its input, when recorded (pmdb.traces.state_values)
 
     @property

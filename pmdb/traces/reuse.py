@@ -20,12 +20,19 @@ own bytes. The simulator turns them into a warm share with the target's cache ca
   autograd node records only the gradient it is given, while its children read what the forward saved (the
   weights, the activations, an embedding lookup's tables), and the node is priced as one op.
 
+* **Elapsed time** (RULES_VERSION 13): where the ops' traced times are given (the profiled trace's CPU ops linked to
+  the ET), each entry also carries the µs since the storage was last accessed: from the end of the op that
+  accessed it to the start of this one, a whole traced iteration added across the replay's wrap. ET ops without a
+  linked time take the start of the op before them. Caches lose what a process touched as time goes by, apart from
+  the bytes in between (:mod:`simulator.cache_decay`). Traced times carry the profiler's cost, so they run a little
+  long.
+
 Needs the tensor sizes (``input_tensors`` entries with numel and itemsize); entries without sizes count 0 bytes.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,7 +40,8 @@ import pandas as pd
 from pmdb.traces.opmap import COPY_OPS, VIEW_OPS
 
 STORAGE, NUMEL, ITEMSIZE = 2, 4, 5   # positions in a stored tensor entry [arg, tensor_id, storage_id, offset, ...]
-Reuse = tuple[tuple[float, float], ...]  # per distinct input storage: (distance bytes, storage bytes)
+# per distinct input storage: (distance bytes, storage bytes), with (..., µs since its last access) where timed
+Reuse = tuple[tuple[float, ...], ...]
 
 
 def _touches_data(name: str) -> bool:
@@ -74,13 +82,42 @@ def _storages(entries: Any) -> dict[int, float]:
     return out
 
 
-def reuse_distances(ops: pd.DataFrame) -> dict[int, Reuse]:
-    """ET op id -> ``((distance, bytes), ...)`` of its distinct input storages, for the CPU ops of ``ops`` (ET
-    rows of one iteration: op_id, name, parent_id, category, input_tensors, output_tensors)."""
+def _op_times(ids: list[int], times: Mapping[int, tuple[float, float]] | None,
+              period_us: float | None) -> tuple[list[float], list[float], float] | None:
+    """Per op position: (starts, ends) in µs, an op without a time taking the start of the op before it, and the
+    iteration's period (``period_us``, else the span of the times); None when fewer than two ops are timed."""
+    if not times:
+        return None
+    known = [times.get(i) for i in ids]
+    timed = [t for t in known if t is not None and t[0] == t[0] and t[1] == t[1]]
+    if len(timed) < 2:
+        return None
+    first = next(t for t in known if t is not None and t[0] == t[0])[0]
+    starts, ends, now = [], [], first
+    for t in known:
+        if t is not None and t[0] == t[0] and t[1] == t[1]:
+            now = float(t[0])
+            starts.append(now)
+            ends.append(max(float(t[1]), now))
+        else:
+            starts.append(now)
+            ends.append(now)
+    span = max(ends) - min(starts)
+    period = float(period_us) if period_us is not None and period_us == period_us and period_us >= span else span
+    return starts, ends, period
+
+
+def reuse_distances(ops: pd.DataFrame, times: Mapping[int, tuple[float, float]] | None = None,
+                    period_us: float | None = None) -> dict[int, Reuse]:
+    """ET op id -> ``((distance, bytes[, elapsed µs]), ...)`` of its distinct input storages, for the CPU ops of
+    ``ops`` (ET rows of one iteration: op_id, name, parent_id, category, input_tensors, output_tensors).
+    ``times``: ET op id -> its traced (start, end) µs, and ``period_us`` the traced iteration's length: with them
+    each entry also says how long ago the storage was last accessed (inf: never)."""
     cpu = ops[ops["category"] == "cpu_op"]
     if cpu.empty:
         return {}
     ids = cpu["op_id"].astype(int).tolist()
+    clocks = _op_times(ids, times, period_us)
     inputs = [_storages(v) for v in cpu["input_tensors"]]
     outputs = [_storages(v) for v in cpu["output_tensors"]]
     own, inputs, ending = _accesses(ids, cpu["parent_id"].tolist(), cpu["name"].tolist(), inputs, outputs)
@@ -90,20 +127,31 @@ def reuse_distances(ops: pd.DataFrame) -> dict[int, Reuse]:
             sizes[storage] = max(sizes.get(storage, 0.0), size)
     tree = _Fenwick(2 * sum(len(a) for a in own) + 1)
     latest: dict[int, int] = {}
+    touched_at: dict[int, float] = {}    # µs of each storage's latest access (with times)
     clock = 0
     out: dict[int, Reuse] = {}
     for second in (False, True):
+        shift = clocks[2] if clocks is not None and second else 0.0
         for k, (op_id, ins) in enumerate(zip(ids, inputs)):
             if second and ins:
                 total = tree.prefix(clock)
-                out[op_id] = tuple((total - tree.prefix(latest[s] + 1) if s in latest else math.inf, sizes[s])
-                                   for s in sorted(ins))
+                entries = []
+                for s in sorted(ins):
+                    entry: tuple[float, ...] = (total - tree.prefix(latest[s] + 1) if s in latest else math.inf,
+                                                sizes[s])
+                    if clocks is not None:
+                        since = clocks[0][k] + shift - touched_at[s] if s in touched_at else math.inf
+                        entry += (max(since, 0.0),)
+                    entries.append(entry)
+                out[op_id] = tuple(entries)
             for j in ending.get(k, ()):   # an op's own accesses follow the ops below it (and end with it)
                 for storage in own[j]:
                     if storage in latest:
                         tree.add(latest[storage], -sizes[storage])
                     tree.add(clock, sizes[storage])
                     latest[storage] = clock
+                    if clocks is not None:
+                        touched_at[storage] = clocks[1][j] + shift
                     clock += 1
     return out
 
@@ -152,7 +200,7 @@ def cached_bytes(distance: float, size: float, capacity_bytes: float) -> float:
 def warm_share(reuse: Reuse | Sequence[Sequence[float]], capacity_bytes: float) -> float:
     """Share of an op's input bytes still cached under LRU with ``capacity_bytes`` (NaN when the op has no sized
     inputs, or no capacity)."""
-    total = sum(size for _, size in reuse)
+    total = sum(entry[1] for entry in reuse)
     if not total or not capacity_bytes or capacity_bytes <= 0:
         return math.nan
-    return sum(cached_bytes(distance, size, capacity_bytes) for distance, size in reuse) / total
+    return sum(cached_bytes(entry[0], entry[1], capacity_bytes) for entry in reuse) / total

@@ -55,7 +55,7 @@ class RankUnits:
             self.et = {int(i): {"input_shapes": s, "attrs": a, "input_tensors": t} for i, s, a, t in
                        zip(et["op_id"], et["input_shapes"], et["attrs"], et["input_tensors"])}
             if reuse:   # each op's input reuse distances (the frames were read with tensor sizes)
-                for op_id, reuse in reuse_distances(et).items():
+                for op_id, reuse in reuse_distances(et, *self._et_times()).items():
                     self.et[op_id]["reuse"] = reuse
         self.parent = {int(i): (None if p is None or p != p else int(p)) for i, p in zip(self.base["op_id"],
                                                                                           self.base["parent_id"])}
@@ -69,6 +69,18 @@ class RankUnits:
         self.unit_of = self._unit_of()
         launches = frames.kernels["launch_dur_us"].dropna() if len(frames.kernels) else pd.Series(dtype=float)
         self.typical_launch_us = float(launches.median()) if len(launches) else 0.0
+
+    def _et_times(self) -> tuple[dict[int, tuple[float, float]] | None, float | None]:
+        """ET op id -> the traced (start, end) µs of the Kineto op linked to it (the first where several are), and
+        the traced iterations' median length (None: none marked); (None, None) without a Kineto trace."""
+        if not self.timed:
+            return None, None
+        out: dict[int, tuple[float, float]] = {}
+        for linked, start, dur in zip(self.cols["linked_op_id"], self.cols["start_us"], self.cols["dur_us"]):
+            if linked is not None and linked not in out and start == start and dur == dur:
+                out[linked] = (float(start), float(start) + float(dur))
+        durations = self.frames.iterations["dur_us"].dropna() if self.frames.iterations is not None else ()
+        return out, (float(durations.median()) if len(durations) else None)
 
     # ---- structure -------------------------------------------------------------------------------------------
     def col(self, op_id: int, column: str) -> Any:

@@ -51,3 +51,24 @@ def test_a_probe_with_the_llc_curve_times_touched_and_flushed_reads():
     found = probe_found(best)
     assert found[LLC_SIZES[0]] == 1.0 and all(0.0 <= f <= 1.0 for f in found.values())
     assert "llc" not in read_probe()       # the plain probe stays ~0.1 s
+
+
+def test_a_probe_with_the_decay_times_reads_after_busy_waits_and_just_flushed():
+    """The decay's reads are real: per level, a read just touched, after each busy wait, and just flushed. A 256 KiB
+    buffer just touched comes from L2, faster than from memory after its lines were flushed, on any host."""
+    from collectors.memory_probe import DECAY_SIZES, DECAY_WAITS_US
+    from collectors.ops import cache_evict
+    from simulator.cache_decay import probe_survives
+
+    if cache_evict.load() is None:
+        pytest.skip(f"no cache-line flush helper on this machine: {cache_evict.why_unavailable()}")
+    probes = [read_probe(curve=True, decay=True) for _ in range(3)]
+    for probe in probes:
+        decay = probe["decay"]
+        assert decay["waits_us"] == list(DECAY_WAITS_US) and decay["sizes"] == DECAY_SIZES
+        assert all(len(decay["reads_us"][level]) == len(DECAY_WAITS_US) and decay["flushed_us"][level] > 0
+                   for level in DECAY_SIZES)
+    assert min(p["decay"]["reads_us"]["l2"][0] / p["decay"]["flushed_us"]["l2"] for p in probes) < 0.8
+    survives = [probe_survives(p["decay"]) for p in probes]
+    assert any(s is not None and s[1]["l2"][0] == 1.0 for s in survives)
+    assert "decay" not in read_probe(curve=True)      # only where asked: the first probe of a run

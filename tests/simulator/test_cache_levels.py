@@ -6,7 +6,9 @@ import pytest
 
 from fitters.roofline import uncalibrated
 from pmdb.traces.from_store import load_graphs
+from simulator.cache_decay import CacheDecay
 from simulator.cache_levels import UNKNOWN, between, cold_share
+from simulator.llc_found import LlcFound
 from simulator.model_set import ModelRef, ModelSelection, ModelSet, Overheads
 from simulator.timing import ModelTiming
 
@@ -44,7 +46,11 @@ def test_reuse_mode_prices_between_warm_and_cold(cpu_trace_set):
     graph = load_graphs(store, ts, pick="best", detail=True, reuse=True)[0]
     linears = [op for rg in graph.ranks for op in rg.ops if op.name == "aten::linear"]
     assert linears and all(op.reuse for op in linears)       # sized inputs from the execution trace
-    assert all(size > 0 and distance >= 0 for op in linears for distance, size in op.reuse)
+    assert all(size > 0 and distance >= 0 for op in linears for distance, size, _ in op.reuse)
+    # the profiled trace's times: each input's µs since its last access, within an iteration and a half
+    ops = graph.ranks[0].ops
+    period = max(ops[-1].start_us + ops[-1].cpu_dur_us - ops[0].start_us, 1.0)
+    assert all(0 <= since <= 2 * period for op in linears for _, _, since in op.reuse)
     peaks = {"gemm_flops": 50e9, "mem_bw": 10e9}
     cold = uncalibrated("fully_connected", "fwd", "float32", {"gemm_flops": 5e9, "mem_bw": 1e9})
     warm = uncalibrated("fully_connected", "fwd", "float32", peaks)
@@ -64,7 +70,7 @@ def test_reuse_mode_prices_between_warm_and_cold(cpu_trace_set):
     assert np.all(all_cold > 2 * all_warm)
     assert times((2 ** 40, 2 ** 41)) == pytest.approx(all_warm)
     # an L2 that holds each op's operands (its warm timing came from L2) but not what the step touched in between
-    l2 = max(sum(size for _, size in op.reuse) for op in linears) + 1
+    l2 = max(sum(entry[1] for entry in op.reuse) for op in linears) + 1
     shares = np.array([cold_share(op.reuse, l2, 2 ** 41) for op in linears])
     assert np.all(shares <= 0.5) and np.any((shares > 0) & (shares < 1))
     middle = times((l2, 2 ** 41))
@@ -75,6 +81,12 @@ def test_reuse_mode_prices_between_warm_and_cold(cpu_trace_set):
     assert times((1, 2 ** 41), lambda nbytes: 1.0) == pytest.approx(all_warm)
     assert times((1, 2 ** 41), lambda nbytes: 0.0) == pytest.approx(all_cold)
     assert np.all(times((1, 2 ** 41), lambda nbytes: 0.5) < all_cold * 0.99)
+    # all of it found, but lost within a µs of other work (simulator.cache_decay): each op as cold as its
+    # operands' traced time since their last access makes it, most of the way to the cold model
+    lost = CacheDecay((0.0, 1.0), {"l2": (1.0, 0.0), "llc": (1.0, 0.0)}, 1)
+    decayed = times((1, 2 ** 41), LlcFound((MB, 2 * MB), (1.0, 1.0), 1, "run", 2 ** 41, lost))
+    assert np.all(decayed >= all_warm * 0.999) and np.all(decayed <= all_cold * 1.001)
+    assert decayed.sum() > all_warm.sum() + 0.5 * (all_cold.sum() - all_warm.sum())
     unknown = times((None, None))           # no detected cache sizes: half-way
     assert unknown == pytest.approx((all_warm + all_cold) / 2, rel=1e-3)
 

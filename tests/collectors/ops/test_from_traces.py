@@ -210,8 +210,8 @@ def test_the_lookup_and_its_backward_read_their_tables_in_the_reuse_distances(tr
     forward = next(op for name, op in tops.items() if "split_embedding_codegen_lookup" in name)
     backward = next(op for name, op in tops.items() if name.startswith("autograd::engine::evaluate_function:")
                     and "SplitLookupFunction" in name)
-    assert [d for d, size in forward.reuse if size == tables]          # last touched by the previous update
-    (distance,) = [d for d, size in backward.reuse if size == tables]
+    assert [d for d, size, *_ in forward.reuse if size == tables]          # last touched by the previous update
+    (distance,) = [d for d, size, *_ in backward.reuse if size == tables]
     assert 0 < distance < float("inf")   # the forward's lookup read them; the rest of the step since
 
 

@@ -99,3 +99,24 @@ def test_links_to_a_later_op_or_to_itself_are_not_children():
 def test_an_op_without_tensors_has_no_entry():
     ops = _ops([(1, "aten::empty", None, [], [_t(1, MB)]), (2, "aten::zero_", None, [_t(1, MB)], [_t(1, MB)])])
     assert set(reuse_distances(ops)) == {2}
+
+
+def test_with_traced_times_each_entry_says_how_long_ago_its_storage_was_accessed():
+    # A reads s1, writes s2; B reads s2, writes s3; C (no traced time) reads s1 and writes s4.
+    # Traced (start, end) µs: A 0-100, B 150-400; C takes B's start; the iteration lasts 1000 µs
+    ops = _ops([(1, "aten::mul", None, [_t(1, MB)], [_t(2, 2 * MB)]),
+                (2, "aten::relu", None, [_t(2, 2 * MB)], [_t(3, MB)]),
+                (3, "aten::add", None, [_t(1, MB)], [_t(4, MB)])])
+    got = reuse_distances(ops, {1: (0.0, 100.0), 2: (150.0, 400.0)}, 1000.0)
+    # A: s1 last accessed by C of the previous iteration (at 150 µs there): 0 + 1000 - 150
+    assert got[1] == ((1 * MB, 1 * MB, 850.0),)
+    assert got[2] == ((0.0, 2 * MB, 50.0),)           # B at 150 reads what A wrote when it ended, at 100
+    assert got[3] == ((3 * MB, 1 * MB, 50.0),)        # C (at B's start, 150) reads s1 that A accessed until 100
+    assert reuse_distances(ops) == {k: tuple(e[:2] for e in v) for k, v in got.items()}   # untimed: no elapsed
+    # a period shorter than the traced span is not one: the span (0-400 µs) takes its place
+    assert reuse_distances(ops, {1: (0.0, 100.0), 2: (150.0, 400.0)}, 10.0)[1] == ((1 * MB, 1 * MB, 250.0),)
+    assert reuse_distances(ops, {1: (0.0, 100.0)}, 1000.0) == reuse_distances(ops)   # one timed op: no clock
+    # relu reads s7 only itself: a whole iteration ago, from its end (10 µs) to its start one period on
+    fresh = _ops([(1, "aten::relu", None, [_t(7, MB)], [_t(8, MB)]), (2, "aten::add", None, [_t(8, MB)], [_t(9, MB)])])
+    first = reuse_distances(fresh, {1: (0.0, 10.0), 2: (20.0, 30.0)}, 100.0)
+    assert first[1] == ((2 * MB, MB, 90.0),) and first[2] == ((0.0, MB, 10.0),)
