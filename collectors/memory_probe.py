@@ -98,8 +98,9 @@ def decay_curve(buffer: torch.Tensor, reads: int = DECAY_READS) -> dict[str, Any
     :data:`DECAY_WAITS_US` (on a few bytes), and the read just flushed from every cache level (``cache_evict``):
     ``{"waits_us", "sizes", "reads_us": {level: [...]}, "flushed_us": {level: ...}}``, medians in µs; None where no
     flush helper loads. :mod:`simulator.cache_decay` turns them into the share of the warm state that survives.
-    About 0.3 s. On the 2-core AMD EPYC host (32 MiB L3, 2026-11-30) a 4 MiB buffer read in 46 µs just touched,
-    ~50 after 2 ms, ~100 after 8 ms and at its flushed time (~180) after 32 ms; a 256 KiB one the same way."""
+    About 0.15 s. On the 2-core AMD EPYC host (32 MiB L3, 2026-11-30) a 4 MiB buffer read in 47 µs just touched,
+    50 after 1 ms, 61 after 4 ms and 107 after 16 ms, about its flushed time (106); a 256 KiB one 4.0, 6.3, 13.3 and
+    32 µs against 8.9 flushed (``benchmarks/busy_wait_decay.py``)."""
     evictor = cache_evict.load()
     if evictor is None:
         return None

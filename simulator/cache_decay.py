@@ -3,12 +3,13 @@
 A kernel microbenchmark's warm repetition follows its own untimed call; inside a step an operand was last touched
 some time ago, and on a shared host the caches lose what a process touched while it works on other things, apart
 from the bytes it touches itself (the reuse distance, :mod:`simulator.cache_levels`). On the 2-core AMD EPYC host
-(32 MiB L3, 2026-11-30) a 4 MiB buffer read in 46 µs just touched, ~50 µs after 2 ms of a busy loop on a few bytes,
-~100 after 8 ms and at its flushed time or above after 32 ms; a 256 KiB buffer, in L2, the same way: a step of
-25 ms re-reads its weights as if from memory although few bytes came between.
+(32 MiB L3, 2026-11-30, ``benchmarks/busy_wait_decay.py``) a 4 MiB buffer read in 47 µs just touched, 50 µs after
+1 ms of a busy loop on a few bytes, 61 after 4 ms and 107 after 16 ms, its flushed time (106); a 256 KiB buffer, in
+L2, 4.0, 6.3, 13.3 and 32 µs against 8.9 flushed: a step of 25 ms re-reads its weights as if from memory although
+few bytes came between.
 
-Every probe with the LLC curve records these reads (:func:`collectors.memory_probe.decay_curve`, its ``"decay"``
-entry). Per probe, level and wait ``w``, with ``t(w)`` the read after the wait and ``F`` the read just flushed::
+The first memory probe of every timed run records these reads (:func:`collectors.memory_probe.decay_curve`, its
+``"decay"`` entry). Per probe, level and wait ``w``, with ``t(w)`` the read after the wait and ``F`` the read just flushed::
 
     survives(w) = clip((F - t(w)) / (F - t(0)), 0, 1)
 
@@ -52,7 +53,7 @@ class CacheDecay:
         return curve[-1]
 
     def label(self) -> str:
-        """'L2 0.5 ms 95%, 2 ms 80%, ...; LLC ...'."""
+        """'L2 1 ms 50%, 4 ms 0%, ...; LLC ...': the share left after each wait."""
         parts = []
         for level in LEVELS:
             if level in self.survives:
