@@ -29,12 +29,15 @@ C. **Ops after a wait.** A few of the small transformer's op shapes, each writin
 D. **Fresh output blocks.** The same ops writing into the output block just used, into that block with its lines
    flushed, and into one of a pool of ``N`` blocks cycled (``N`` = 8, 64; the pool is gone through once untimed,
    then once timed, back to back: each block was last touched ``N`` calls before).
+E. **Its own code away.** gelu and layer_norm of 128, 1024 and 4096 rows x 256 after 0.5-16 ms of other ops on
+   other data (a 256x256 ``mm``, an ``add``, a ``relu``) against the same wait spent running the op itself on a
+   twin's operands: both churn L2, only the first takes the op's own code path (kernel, dispatch) away.
 
 Under each section: its wall time, this thread's migrations and involuntary context switches
 (``/proc/thread-self/sched``) and the steal share of all CPUs' time (``/proc/stat``), since a wait's slowdown could
 also come from the thread being moved or the virtual CPU being descheduled.
 
-    .venv/bin/python benchmarks/busy_wait_decay.py [--reps 80] [--out FILE.md]
+    .venv/bin/python benchmarks/busy_wait_decay.py [--reps 80] [--sections ABCDE] [--out FILE.md]
 """
 from __future__ import annotations
 
@@ -421,6 +424,66 @@ def section_d(reps: int, ev: cache_evict.Evictor | None) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------- main
+# -------------------------------------------------------------------------------------------- E. its own code away
+E_WAITS_MS = (0.5, 2, 8, 16)
+E_OPS = {f"{kind} {rows}x256": make(rows, 256) for rows in (128, 1024, 4096)
+         for kind, make in (("gelu", _gelu), ("layer_norm", _layer_norm))}
+_other_a, _other_b = torch.randn(256, 256), torch.randn(256, 256)
+
+
+def other_ops(ms: float) -> None:
+    """Other real work on other data for ``ms`` ms: a 256x256 matmul, an add and a relu, again and again (768 KiB of
+    operands: L2 is churned; neither gelu's nor layer_norm's code runs)."""
+    end = now_ns() + int(ms * 1e6)
+    while now_ns() < end:
+        torch.relu(torch.mm(_other_a, _other_b) + _other_a)
+
+
+def same_op_elsewhere(ms: float, call: Callable[[], Any]) -> None:
+    """The op itself, on other operands, for ``ms`` ms: its code stays hot, its operands do not."""
+    end = now_ns() + int(ms * 1e6)
+    while now_ns() < end:
+        call()
+
+
+def op_away(make, reps: int) -> dict[str, list[float]]:
+    inputs, outs, call = make()
+    _, twin_outs, twin_call = make()
+    states = ["warm"] + [f"{how} {w:g}" for w in E_WAITS_MS for how in ("other", "same")]
+    samples: dict[str, list[float]] = {s: [] for s in states}
+
+    def fn():
+        return call(outs)
+
+    def twin():
+        return twin_call(twin_outs)
+
+    for _ in range(5):
+        fn()
+    for rep in range(reps):
+        for state in rotated(states, rep):
+            fn()
+            if state != "warm":
+                how, wait = state.split()
+                other_ops(float(wait)) if how == "other" else same_op_elsewhere(float(wait), twin)
+            samples[state].append(timed_us(fn))
+    return samples
+
+
+def section_e(reps: int) -> list[str]:
+    with Section() as sec:
+        results = {name: op_away(make, reps) for name, make in E_OPS.items()}
+    states = ["warm"] + [f"{how} {w:g}" for w in E_WAITS_MS for how in ("other", "same")]
+    lines = ["", f"## E. An op after W ms away from its own code (median µs ±half-IQR of {reps})", "",
+             "`other W`: W ms of other ops on other data (a 256x256 `mm`, an `add`, a `relu`, repeated); `same W`: W "
+             "ms of the same op on a twin's operands (its code kept running, its own operands left alone). Both "
+             "churn L2; only `other` takes the op's code path away.", "",
+             "| op | " + " | ".join(states) + " |", "|---|" + "---|" * len(states)]
+    for name, samples in results.items():
+        lines.append(f"| {name} | " + " | ".join(cell(samples[s]) for s in states) + " |")
+    return lines + ["", sec.line()]
+
+
 def _thp() -> str:
     try:
         mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()
@@ -445,7 +508,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="repetitions of each state (default 80: ~2 minutes on a 2-core AMD EPYC VM)")
     parser.add_argument("--out", type=Path, default=None, help="Markdown results file, appended to (default: print "
                         "only)")
+    parser.add_argument("--sections", default="ABCDE", help="which sections to run (default ABCDE)")
     args = parser.parse_args(argv)
+    if not args.sections or set(args.sections.upper()) - set("ABCDE"):
+        print("busy_wait_decay: --sections takes letters of ABCDE", file=sys.stderr)
+        return 2
     if args.reps < 3:
         print("busy_wait_decay: --reps must be at least 3", file=sys.stderr)
         return 2
@@ -469,10 +536,13 @@ def main(argv: list[str] | None = None) -> int:
         f"start. `benchmarks/busy_wait_decay.py --reps {args.reps}` (diagnosis only: nothing is fitted on it, no rule "
         "is chosen by it).",
     ]), args.out)
-    emit("\n".join(section_a(args.reps, ev, stream)), args.out)
-    emit("\n".join(section_b(args.reps, ev, stream)), args.out)
-    emit("\n".join(section_c(args.reps, ev)), args.out)
-    emit("\n".join(section_d(args.reps, ev)), args.out)
+    wanted = args.sections.upper()
+    sections = {"A": lambda: section_a(args.reps, ev, stream), "B": lambda: section_b(args.reps, ev, stream),
+                "C": lambda: section_c(args.reps, ev), "D": lambda: section_d(args.reps, ev),
+                "E": lambda: section_e(args.reps)}
+    for letter, section in sections.items():
+        if letter in wanted:
+            emit("\n".join(section()), args.out)
     end = os.getloadavg()
     emit("\n".join(["", f"Load average {end[0]:.2f} / {end[1]:.2f} / {end[2]:.2f} at the end; the run took "
                         f"{time.perf_counter() - started:.0f} s; the process's anonymous huge pages: "
