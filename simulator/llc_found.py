@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from pmdb.store import Store
-from simulator import cache_decay
+from simulator import cache_decay, code_away
 from simulator.cache_decay import CacheDecay
+from simulator.code_away import CodeAway
 from simulator.memory_phase import run_summaries, summary_probes, sweep_summaries
 
 
@@ -40,6 +41,7 @@ class LlcFound:
     source: str                # 'run' (the truth's own probes) or 'ops' (the platform's sweeps)
     llc_bytes: float | None = None
     decay: CacheDecay | None = None   # what survives a while of other work (simulator.cache_decay), where probed
+    code_away: CodeAway | None = None  # a call's cost for its code path away (simulator.code_away), where timed
 
     def __call__(self, nbytes: float) -> float:
         """The fraction found at a reuse footprint of ``nbytes``."""
@@ -57,10 +59,13 @@ class LlcFound:
         return self.found[-1]
 
     def with_llc(self, llc_bytes: float | None) -> "LlcFound":
-        return LlcFound(self.sizes, self.found, self.probes, self.source, llc_bytes, self.decay)
+        return replace(self, llc_bytes=llc_bytes)
 
     def with_decay(self, decay: CacheDecay | None) -> "LlcFound":
-        return LlcFound(self.sizes, self.found, self.probes, self.source, self.llc_bytes, decay)
+        return replace(self, decay=decay)
+
+    def with_code_away(self, code_away: CodeAway | None) -> "LlcFound":
+        return replace(self, code_away=code_away)
 
     def label(self) -> str:
         """'16 MiB 100%, 64 MiB 85%, 256 MiB 0%'."""
@@ -72,6 +77,8 @@ class LlcFound:
                "probes": self.probes, "source": self.source}
         if self.decay is not None:
             out["decay"] = self.decay.to_json()
+        if self.code_away is not None:
+            out["code_away"] = self.code_away.to_json()
         return out
 
     def sentence(self) -> str:
@@ -80,6 +87,8 @@ class LlcFound:
                 f"re-read buffer found there: {self.label()})")
         if self.decay is not None:
             said += f"; warm state left after other work: {self.decay.label()}"
+        if self.code_away is not None:
+            said += f"; forward calls pay their code path away: {self.code_away.label()}"
         return said
 
 
@@ -131,11 +140,12 @@ def run_llc_found(store: Store, workload_run_id: str | None, platform: str,
     where neither recorded it (runs before 2026-11-29, GPU platforms, hosts without a cache-line flush)."""
     found = run_found(store, workload_run_id)
     decay = cache_decay.from_summaries(run_summaries(store, workload_run_id)) if workload_run_id else None
-    if found is None or decay is None:
-        sweeps = sweep_summaries(store, platform)
-        found = found if found is not None else from_summaries(sweeps, "ops")
-        decay = decay if decay is not None else cache_decay.from_summaries(sweeps)
-    return None if found is None else found.with_llc(llc_bytes).with_decay(decay)
+    sweeps = sweep_summaries(store, platform)
+    found = found if found is not None else from_summaries(sweeps, "ops")
+    decay = decay if decay is not None else cache_decay.from_summaries(sweeps)
+    if found is None:
+        return None
+    return found.with_llc(llc_bytes).with_decay(decay).with_code_away(code_away.from_summaries(sweeps))
 
 
 def run_found(store: Store, workload_run_id: str | None) -> LlcFound | None:

@@ -54,7 +54,9 @@ from pmdb.traces.graph import Stream
 # 13: reuse pricing scales the bytes an op finds in L2 and in the LLC by what those levels keep after the traced time
 #    since the operand's last access, where the run's (or the platform's op sweeps') memory probes measured how the
 #    caches decay over time (simulator.cache_decay; pmdb.traces.reuse's elapsed µs)
-RULES_VERSION = 13
+# 14: reuse pricing adds to each forward call of the forward phase what its code path away costs, at the traced time
+#    since the previous forward call of its op ended, where the platform's op sweeps timed it (simulator.code_away)
+RULES_VERSION = 14
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

@@ -124,6 +124,8 @@ class ModelTiming:
         self.reuse = reuse
         self.paired = reuse or state == BLEND   # whether an op's warm model takes part
         self.llc_found = llc_found if reuse else None   # the LLC the run found, else LRU over the sysfs LLC
+        # what a forward call pays for its code path away, where the platform's op sweeps timed it (code_away)
+        self.code_away = getattr(self.llc_found, "code_away", None)
         self.overheads = overheads
         # on a CPU, unless a cache state was chosen: an embedding lookup's forward whose exact tables were timed in
         # a training loop of their own (collectors.ops.timer.time_loop) is priced by that, the caches as a step
@@ -246,6 +248,32 @@ class ModelTiming:
         states = (LOOP, self.default_state) if self._looped(mapped.pass_) else (self.default_state,)
         return any(self.measured.embedding_time(mapped.pass_, implementation(node, mapped), tables, self.threads,
                                                 state) is not None for state in states)
+
+    def _price_code_away(self, rows: list[_Row]) -> None:
+        """Add to each priced forward call of one rank what its code path away costs (:mod:`simulator.code_away`),
+        at the traced µs since the previous forward call of its op and implementation ended (across the iteration's
+        wrap for the first: its span is the rows' first start to last end)."""
+        timed = [r for r in rows if r.node.start_us == r.node.start_us]
+        if len(timed) < 2:
+            return
+
+        def end(r: _Row) -> float:
+            dur = r.node.cpu_dur_us
+            return r.node.start_us + (dur if dur == dur else 0.0)
+
+        period = max(end(r) for r in timed) - min(r.node.start_us for r in timed)
+        # forward calls of the forward phase (a backward GEMM is mapped to a forward one, fitters.gemm_shapes)
+        calls = sorted((r for r in timed if r.mapped.pass_ == "fwd" and r.node.phase == "fw"
+                        and id(r.node) in self._time), key=lambda r: r.node.start_us)
+        last: dict[tuple[str, str | None], float] = {}
+        for r in calls:                         # the previous iteration's last call of each op
+            last[(r.mapped.op, r.implementation)] = end(r) - period
+        for r in calls:
+            key = (r.mapped.op, r.implementation)
+            penalty = self.code_away(key[0], key[1], r.node.start_us - last[key])
+            last[key] = end(r)
+            if penalty > 0:
+                self._time[id(r.node)] += penalty
 
     def _exact(self, group: list[_Row], states: list[str], shares: np.ndarray | None) -> list[float | None]:
         """Per row, its measured time when its exact shape was microbenchmarked in every cache state the model
@@ -468,11 +496,17 @@ class ModelTiming:
         rows: list[_Row] = []
         self.embedding.reset()
         self.trace_set_id = graph.trace_set_id
+        spans = []
         for rank, rg in enumerate(graph.ranks):
+            first = len(rows)
             for op in rg.ops:
                 if not op.is_collective:
                     self._collect(op, rank, rows)
+            spans.append((first, len(rows)))
         self._predict(rows, len(graph.ranks) if self.sync_host else 1)
+        if self.code_away is not None:
+            for first, end in spans:
+                self._price_code_away(rows[first:end])
         sizes = _collective_sizes(graph)
         self._predict_collectives(graph, sizes)
         return self._assemble(graph, sizes)

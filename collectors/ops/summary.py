@@ -36,6 +36,8 @@ class SweepSummary:
     engine_call_us: list[float] = field(default_factory=list)   # the engine's per-call cost as measured (µs)
     memory_probe: list[dict[str, Any]] = field(default_factory=list)   # collectors.memory_probe, at start and end
     wake_probe: list[dict[str, Any]] = field(default_factory=list)     # collectors.wake_probe, at start and end
+    # 'op/implementation': its forward timed after other work (collectors.ops.after_other_work)
+    code_away: dict[str, dict[str, Any]] = field(default_factory=dict)
     _cv: dict[tuple[str, str, str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     _median: dict[tuple[str, str, str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
 
@@ -76,4 +78,5 @@ class SweepSummary:
                 "wall_s": round(self.wall_s, 2), "memory_cap_bytes": self.memory_cap_bytes,
                 "timing_environment": self.timing_environment, "timer_settings": self.timer_settings,
                 "per_op": self.per_op(), "engine_call_us": list(self.engine_call_us),
-                "memory_probe": list(self.memory_probe), "wake_probe": list(self.wake_probe)}
+                "memory_probe": list(self.memory_probe), "wake_probe": list(self.wake_probe),
+                "code_away": dict(self.code_away)}

@@ -37,6 +37,7 @@ from collectors.ops.engine_call import EngineCallCost
 from collectors.ops.writer import BatchWriter, sticky_interrupts
 from collectors.memory_probe import read_probe
 from collectors.wake_probe import read_wake
+from collectors.ops.after_other_work import away_curve
 from collectors.workloads.allocator import apply_in_process
 from pmdb import platform as platforms
 from pmdb.errors import PmdbError
@@ -253,6 +254,25 @@ def _is_oom(exc: BaseException) -> bool:
         isinstance(exc, RuntimeError) and bool(_OOM.search(str(exc))))
 
 
+AWAY_MAX_BYTES = 2 ** 20   # the largest config whose forward is timed after other work (bytes)
+
+
+def away_items(items: list[Item]) -> set[int]:
+    """The ids of the items whose forward's code path away is timed (:mod:`collectors.ops.after_other_work`): per op
+    and implementation, the config of least memory among those whose forward is timed warm, if it needs at most
+    :data:`AWAY_MAX_BYTES` (a larger one's own operands decay in the wait too, which is priced apart)."""
+    smallest: dict[tuple[str, str], tuple[float, Item]] = {}
+    for item in items:
+        if ("fwd", "warm") not in item.todo:
+            continue
+        key, need = (item.spec.name, item.implementation), float(item.spec.memory(item.config))
+        if need > AWAY_MAX_BYTES:
+            continue
+        if key not in smallest or need < smallest[key][0]:
+            smallest[key] = (need, item)
+    return {id(item) for _, item in smallest.values()}
+
+
 class Sweep:
     """Runs the planned items into the store under one collection run."""
 
@@ -266,6 +286,7 @@ class Sweep:
         if self.device.type == "cpu":
             apply_in_process()  # the glibc malloc settings the workloads' ranks run under (timed the same way)
         self.writer = BatchWriter(store, run.run_id, options.flush_every_s)
+        self._away_items: set[int] = set()   # collectors.ops.after_other_work: set when the items are planned
         self._bound: memory_limit.Bound | None = None   # the memory cap of the config being measured (CPU)
         if self.device.type == "cpu":
             memory_limit.prepare()
@@ -340,6 +361,8 @@ class Sweep:
                     kernels = kernel_breakdown(fn, self.device) if self.options.kernels else None
                     self._write(item, pass_, cache, built, timing, kernels, built.stats, extra)
                     todo.remove((pass_, cache))
+            if id(item) in self._away_items:   # its code path away, on this op's smallest config (CPU)
+                self.summary.code_away[f"{item.spec.name}/{item.implementation}"] = away_curve(built.fwd)
         except StoreWriteError:
             raise  # a batch that cannot be written fails the run: never a skipped config with rows missing
         except Exception as exc:  # noqa: BLE001 - one bad config must not end a long sweep; it is recorded
@@ -397,6 +420,7 @@ class Sweep:
         self.summary.resumed(runs, adopted)
         items, resumed = plan(self.store, self.platform, self.options, self.device, self.run.run_id)
         self.summary.planned(len(items), resumed)
+        self._away_items = away_items(items) if self.device.type == "cpu" else set()
         if items and self.device.type == "cpu":   # the host's memory pace while these prices are taken
             with self._unbounded():
                 self.summary.memory_probe.append(read_probe(curve=True, decay=True))

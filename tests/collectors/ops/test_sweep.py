@@ -51,9 +51,15 @@ def test_rows_resume_and_force(store):
     assert stored["memory_probe"] == summary["memory_probe"]
     assert [p["op"] for p in summary["wake_probe"]] == ["linear 512x64->256"] * 2      # at the start and the end
     assert stored["wake_probe"] == summary["wake_probe"]
+    # its forward's code path away, timed once per op and implementation, on its smallest config
+    (key,) = summary["code_away"]
+    away = summary["code_away"][key]
+    assert key.startswith("fully_connected/") and away["waits_us"] == [500, 2000, 8000]
+    assert away["warm_us"] > 0 and len(away["after_us"]) == 3 and all(t > 0 for t in away["after_us"])
+    assert stored["code_away"] == summary["code_away"]
     # again: everything is already there
     _, again = _sweep(store, ops=["fully_connected"], configs=FC)
-    assert again["configs_resumed"] == 2 and again["rows_written"] == 0
+    assert again["configs_resumed"] == 2 and again["rows_written"] == 0 and again["code_away"] == {}
     # a new cache state is measured for the same configs; --force measures everything again
     _, forced = _sweep(store, ops=["fully_connected"], configs=FC, force=True, cache="warm")
     assert forced["rows_written"] == 4
@@ -173,3 +179,20 @@ def test_random_sweep_is_seeded_per_op(store):
 
     alone = bmm_configs(["bmm"], 3)
     assert len(alone) == 5 and alone == bmm_configs(["relu", "bmm"], 3) and alone != bmm_configs(["bmm"], 4)
+
+
+def test_the_code_path_away_is_timed_on_each_op_s_smallest_config_with_a_warm_forward():
+    from collectors.ops.catalogue import get
+    from collectors.ops.sweep import Item, away_items
+
+    fc, relu = get("fully_connected"), get("relu")
+
+    def item(spec, config, todo):
+        return Item(spec, "torch", spec.check(config), {}, todo)
+
+    big, small = item(fc, FC[1], [("fwd", "warm")]), item(fc, FC[0], [("fwd", "warm"), ("bwd", "cold")])
+    cold_only = item(relu, {"M": 1, "N": 4}, [("fwd", "cold")])                # no warm forward: not timed
+    tiny = item(relu, {"M": 1, "N": 16}, [("bwd", "warm")])
+    assert away_items([big, small, cold_only, tiny]) == {id(small)}
+    huge = item(relu, {"M": 1024, "N": 1024}, [("fwd", "warm")])               # 8 MiB: its own data decays too
+    assert relu.memory(huge.config) > 2 ** 20 and away_items([huge, small]) == {id(small)}
