@@ -15,7 +15,9 @@ is 1, beyond the largest it keeps the largest's value, and beyond the sysfs LLC 
 Reuse pricing (:mod:`simulator.cache_levels`: ``--cache-state reuse``, and a CPU's default wherever a curve was
 recorded) finds an operand byte in the LLC with this fraction at its reuse distance plus its storage's size, in
 place of "all of it while the sysfs LLC holds it" (LRU). The run's own probes are used where it has them, else the
-platform's ``collect ops`` runs' (the prices' moment).
+platform's ``collect ops`` runs' (the prices' moment). It also carries, where measured, what the caches keep over
+time (:mod:`simulator.cache_decay`, the run's probes else the sweeps') and what a forward call pays for its code
+path away (:mod:`simulator.code_away`, the sweeps'), which reuse pricing reads beside it.
 """
 from __future__ import annotations
 
