@@ -58,6 +58,8 @@ sys.path.insert(0, str(ROOT))
 
 from pmdb_commands import emit, host_line  # noqa: E402
 from collectors.ops import cache_evict  # noqa: E402
+from collectors.ops.after_other_work import other_work  # noqa: E402
+from collectors.memory_probe import busy_wait  # noqa: E402
 
 KIB, MIB = 2 ** 10, 2 ** 20
 PAGE = 4 * KIB
@@ -72,10 +74,8 @@ _small_in, _small_out = torch.randn(1024), torch.empty(1024)   # the vector spin
 
 
 def spin(ms: float) -> None:
-    """A busy wait on a few bytes: a Python loop on the clock."""
-    end = now_ns() + int(ms * 1e6)
-    while now_ns() < end:
-        pass
+    """A busy wait on a few bytes: a Python loop on the clock (the memory probe's, which times the caches' decay)."""
+    busy_wait(ms * 1e3)
 
 
 def vector_spin(ms: float) -> None:
@@ -173,6 +173,21 @@ def ranges(tensors: Tensors) -> list[tuple[int, int]]:
     return cache_evict.storage_ranges(tensors)
 
 
+def rotated_samples(fn: Callable[[], Any], states: list[Any], reps: int, prepare: Callable[[Any], None],
+                    warmups: int = 5) -> dict[Any, list[float]]:
+    """µs of ``fn`` per state, after ``warmups`` untimed calls: each repetition goes through the states in rotated
+    order, each as ``fn()`` (its operands just touched), ``prepare(state)``, then ``fn()`` timed."""
+    samples: dict[Any, list[float]] = {s: [] for s in states}
+    for _ in range(warmups):
+        fn()
+    for rep in range(reps):
+        for state in rotated(states, rep):
+            fn()
+            prepare(state)
+            samples[state].append(timed_us(fn))
+    return samples
+
+
 # ---------------------------------------------------------------------------------------------- A. reads after a wait
 def reads_after_wait(size: int, reps: int, ev: cache_evict.Evictor | None,
                      stream: torch.Tensor) -> dict[Any, list[float]]:
@@ -180,20 +195,16 @@ def reads_after_wait(size: int, reps: int, ev: cache_evict.Evictor | None,
     buf = torch.ones(size // 4)
     lines = ranges((buf,))
     states: list[Any] = list(WAITS_MS) + (["flushed"] if ev else []) + ["streamed"]
-    samples: dict[Any, list[float]] = {s: [] for s in states}
-    for _ in range(3):
-        buf.sum()
-    for rep in range(reps):
-        for state in rotated(states, rep):
-            buf.sum()   # just touched
-            if state == "flushed":
-                ev.evict(lines)
-            elif state == "streamed":
-                stream.sum()
-            elif state:
-                spin(state)
-            samples[state].append(timed_us(buf.sum))
-    return samples
+
+    def prepare(state: Any) -> None:
+        if state == "flushed":
+            ev.evict(lines)
+        elif state == "streamed":
+            stream.sum()
+        elif state:
+            spin(state)
+
+    return rotated_samples(buf.sum, states, reps, prepare, warmups=3)
 
 
 def share_left(t: list[float], t0: list[float], flushed: list[float] | None) -> str:
@@ -334,30 +345,22 @@ def ops_after_wait(make, reps: int, ev: cache_evict.Evictor | None) -> dict[str,
     lines_of = ranges(operands)
     pages, twin_pages = page_views(operands), page_views(twin_inputs + twin_outs)
     states = [s for s in C_STATES if ev or s not in C_FLUSHED]
-    samples: dict[str, list[float]] = {s: [] for s in states}
 
-    def fn():
-        return call(outs)
+    def prepare(state: str) -> None:
+        if state == "spin 2":
+            spin(2)
+        elif state == "spin 16":
+            spin(16)
+        elif state.startswith("vspin"):
+            vector_spin(16)
+        if state in C_FLUSHED:
+            ev.evict(lines_of)
+        elif state == "vspin+pages":
+            touch(pages)
+        elif state == "vspin+twin pages":
+            touch(twin_pages)
 
-    for _ in range(5):
-        fn()
-    for rep in range(reps):
-        for state in rotated(states, rep):
-            fn()
-            if state == "spin 2":
-                spin(2)
-            elif state == "spin 16":
-                spin(16)
-            elif state.startswith("vspin"):
-                vector_spin(16)
-            if state in C_FLUSHED:
-                ev.evict(lines_of)
-            elif state == "vspin+pages":
-                touch(pages)
-            elif state == "vspin+twin pages":
-                touch(twin_pages)
-            samples[state].append(timed_us(fn))
-    return samples
+    return rotated_samples(lambda: call(outs), states, reps, prepare)
 
 
 def section_c(reps: int, ev: cache_evict.Evictor | None) -> list[str]:
@@ -423,20 +426,11 @@ def section_d(reps: int, ev: cache_evict.Evictor | None) -> list[str]:
     return lines + ["", sec.line()]
 
 
-# ---------------------------------------------------------------------------------------------------------- main
 # -------------------------------------------------------------------------------------------- E. its own code away
 E_WAITS_MS = (0.5, 2, 8, 16)
 E_OPS = {f"{kind} {rows}x256": make(rows, 256) for rows in (128, 1024, 4096)
          for kind, make in (("gelu", _gelu), ("layer_norm", _layer_norm))}
-_other_a, _other_b = torch.randn(256, 256), torch.randn(256, 256)
-
-
-def other_ops(ms: float) -> None:
-    """Other real work on other data for ``ms`` ms: a 256x256 matmul, an add and a relu, again and again (768 KiB of
-    operands: L2 is churned; neither gelu's nor layer_norm's code runs)."""
-    end = now_ns() + int(ms * 1e6)
-    while now_ns() < end:
-        torch.relu(torch.mm(_other_a, _other_b) + _other_a)
+E_STATES = ["warm"] + [f"{how} {w:g}" for w in E_WAITS_MS for how in ("other", "same")]
 
 
 def same_op_elsewhere(ms: float, call: Callable[[], Any]) -> None:
@@ -447,33 +441,27 @@ def same_op_elsewhere(ms: float, call: Callable[[], Any]) -> None:
 
 
 def op_away(make, reps: int) -> dict[str, list[float]]:
-    inputs, outs, call = make()
+    """Per state of :data:`E_STATES`: ``other W`` after W ms of pmdb's other-work routine
+    (:func:`collectors.ops.after_other_work.other_work`: a 256x256 matmul, an add and a relu on their own operands;
+    neither gelu's nor layer_norm's code runs), ``same W`` after W ms of the op on a twin's operands."""
+    _, outs, call = make()
     _, twin_outs, twin_call = make()
-    states = ["warm"] + [f"{how} {w:g}" for w in E_WAITS_MS for how in ("other", "same")]
-    samples: dict[str, list[float]] = {s: [] for s in states}
 
-    def fn():
-        return call(outs)
+    def prepare(state: str) -> None:
+        if state != "warm":
+            how, wait = state.split()
+            if how == "other":
+                other_work(float(wait) * 1e3)
+            else:
+                same_op_elsewhere(float(wait), lambda: twin_call(twin_outs))
 
-    def twin():
-        return twin_call(twin_outs)
-
-    for _ in range(5):
-        fn()
-    for rep in range(reps):
-        for state in rotated(states, rep):
-            fn()
-            if state != "warm":
-                how, wait = state.split()
-                other_ops(float(wait)) if how == "other" else same_op_elsewhere(float(wait), twin)
-            samples[state].append(timed_us(fn))
-    return samples
+    return rotated_samples(lambda: call(outs), E_STATES, reps, prepare)
 
 
 def section_e(reps: int) -> list[str]:
     with Section() as sec:
         results = {name: op_away(make, reps) for name, make in E_OPS.items()}
-    states = ["warm"] + [f"{how} {w:g}" for w in E_WAITS_MS for how in ("other", "same")]
+    states = E_STATES
     lines = ["", f"## E. An op after W ms away from its own code (median µs ±half-IQR of {reps})", "",
              "`other W`: W ms of other ops on other data (a 256x256 `mm`, an `add`, a `relu`, repeated); `same W`: W "
              "ms of the same op on a twin's operands (its code kept running, its own operands left alone). Both "
@@ -484,6 +472,7 @@ def section_e(reps: int) -> list[str]:
     return lines + ["", sec.line()]
 
 
+# ---------------------------------------------------------------------------------------------------------- main
 def _thp() -> str:
     try:
         mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()

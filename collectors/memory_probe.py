@@ -85,7 +85,7 @@ def llc_curve(buffer: torch.Tensor, reads: int = CURVE_READS) -> dict[str, Any] 
             "flushed_us": round(float(statistics.median(flushed)), 1)}
 
 
-def _spin(us: float) -> None:
+def busy_wait(us: float) -> None:
     """Keep the core busy for ``us`` µs on a few bytes (a step's core is busy too: the wait is not an idle one)."""
     end = time.perf_counter_ns() + int(us * 1e3)
     while time.perf_counter_ns() < end:
@@ -109,7 +109,7 @@ def decay_curve(buffer: torch.Tensor, reads: int = DECAY_READS) -> dict[str, Any
         view = buffer[:nbytes // 4]
         per_wait = []
         for wait in DECAY_WAITS_US:
-            times = _read_times(view, nbytes, reads, lambda b, wait=wait: (b.sum(), _spin(wait)))
+            times = _read_times(view, nbytes, reads, lambda b, wait=wait: (b.sum(), busy_wait(wait)))
             per_wait.append(round(float(statistics.median(times)), 1))
         flushed = _read_times(view, nbytes, reads, lambda b: evictor.evict([(b.data_ptr(), b.numel() * 4)]))
         out["sizes"][level] = nbytes

@@ -16,10 +16,11 @@ not measure the kernel's code away apart.
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable
+
+from simulator.memory_phase import summary_field
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,8 @@ def from_summaries(summaries: Iterable[Any]) -> CodeAway | None:
     sweeps = 0
     for summary in summaries:
         used = False
-        for key, entry in _entries(summary).items():
+        entries = summary_field(summary, "code_away")
+        for key, entry in entries.items() if isinstance(entries, dict) else ():
             got = entry_penalties(entry)
             if got is None or (waits is not None and got[0] != waits):
                 continue
@@ -95,14 +97,3 @@ def from_summaries(summaries: Iterable[Any]) -> CodeAway | None:
         return None
     return CodeAway(waits, {k: tuple(float(statistics.median(col)) for col in zip(*rows)) for k, rows in per.items()},
                     sweeps)
-
-
-def _entries(summary: Any) -> dict[str, Any]:
-    """A summary's (JSON text or dict) ``code_away`` mapping, or {}."""
-    if isinstance(summary, str):
-        try:
-            summary = json.loads(summary)
-        except ValueError:
-            return {}
-    entries = summary.get("code_away") if isinstance(summary, dict) else None
-    return entries if isinstance(entries, dict) else {}

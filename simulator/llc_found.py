@@ -140,8 +140,8 @@ def run_llc_found(store: Store, workload_run_id: str | None, platform: str,
                   llc_bytes: float | None = None) -> LlcFound | None:
     """The LLC a workload run found (its own probes), else the one the platform's completed op sweeps found; None
     where neither recorded it (runs before 2026-11-29, GPU platforms, hosts without a cache-line flush)."""
-    found = run_found(store, workload_run_id)
-    decay = cache_decay.from_summaries(run_summaries(store, workload_run_id)) if workload_run_id else None
+    own = run_summaries(store, workload_run_id) if workload_run_id else []   # read once: the curve and the decay
+    found, decay = from_summaries(own, "run"), cache_decay.from_summaries(own)
     sweeps = sweep_summaries(store, platform)
     found = found if found is not None else from_summaries(sweeps, "ops")
     decay = decay if decay is not None else cache_decay.from_summaries(sweeps)

@@ -58,14 +58,19 @@ class MemoryPace:
                 "memory_pace": round(self.ratio, 4)}
 
 
-def summary_probes(summary: Any, key: str) -> list[dict[str, Any]]:
-    """The probe records under ``key`` of a run summary (JSON text or a dict): the dicts of its list, or none."""
+def summary_field(summary: Any, key: str) -> Any:
+    """The value under ``key`` of a run summary (JSON text or a dict); None when it has none or is not JSON."""
     if isinstance(summary, str):
         try:
             summary = json.loads(summary)
         except ValueError:
-            return []
-    probes = summary.get(key) if isinstance(summary, dict) else None
+            return None
+    return summary.get(key) if isinstance(summary, dict) else None
+
+
+def summary_probes(summary: Any, key: str) -> list[dict[str, Any]]:
+    """The probe records under ``key`` of a run summary (JSON text or a dict): the dicts of its list, or none."""
+    probes = summary_field(summary, key)
     return [p for p in probes if isinstance(p, dict)] if isinstance(probes, list) else []
 
 
