@@ -32,12 +32,16 @@ D. **Fresh output blocks.** The same ops writing into the output block just used
 E. **Its own code away.** gelu and layer_norm of 128, 1024 and 4096 rows x 256 after 0.5-16 ms of other ops on
    other data (a 256x256 ``mm``, an ``add``, a ``relu``) against the same wait spent running the op itself on a
    twin's operands: both churn L2, only the first takes the op's own code path (kernel, dispatch) away.
+F. **The call's path.** gelu and layer_norm of 128 x 256 after 0.5-8 ms of the same other ops, called as section
+   E calls them (``torch.ops.aten.<op>.out`` into a preallocated output) and as a training step's forward calls
+   them (``torch.nn.functional`` on inputs that require grad: the output allocated, an autograd node recorded,
+   what ``collect ops`` times its code path away on, :mod:`collectors.ops.after_other_work`), rotated together.
 
 Under each section: its wall time, this thread's migrations and involuntary context switches
 (``/proc/thread-self/sched``) and the steal share of all CPUs' time (``/proc/stat``), since a wait's slowdown could
 also come from the thread being moved or the virtual CPU being descheduled.
 
-    .venv/bin/python benchmarks/busy_wait_decay.py [--reps 80] [--sections ABCDE] [--out FILE.md]
+    .venv/bin/python benchmarks/busy_wait_decay.py [--reps 80] [--sections ABCDEF] [--out FILE.md]
 """
 from __future__ import annotations
 
@@ -472,6 +476,42 @@ def section_e(reps: int) -> list[str]:
     return lines + ["", sec.line()]
 
 
+# ------------------------------------------------------------------------------------------------ F. the call's path
+F_WAITS_MS = (0.5, 2, 8)
+F_STATES = ["warm"] + [f"other {w:g}" for w in F_WAITS_MS]
+
+
+def _f_calls() -> dict[str, Callable[[], Any]]:
+    import torch.nn.functional as nnf
+
+    x, out = torch.randn(128, 256), torch.empty(128, 256)
+    xg = torch.randn(128, 256, requires_grad=True)
+    w, b = torch.ones(256), torch.zeros(256)
+    wg, bg = torch.ones(256, requires_grad=True), torch.zeros(256, requires_grad=True)
+    stats_out = (torch.empty(128, 1), torch.empty(128, 1))
+    return {
+        "gelu 128x256, aten .out (section E)": lambda: torch.ops.aten.gelu.out(x, out=out),
+        "gelu 128x256, functional with grad": lambda: nnf.gelu(xg),
+        "layer_norm 128x256, aten .out (section E)": lambda: torch.ops.aten.native_layer_norm.out(
+            x, [256], w, b, 1e-5, out0=out, out1=stats_out[0], out2=stats_out[1]),
+        "layer_norm 128x256, functional with grad": lambda: nnf.layer_norm(xg, [256], wg, bg),
+    }
+
+
+def section_f(reps: int) -> list[str]:
+    def prepare(state: str) -> None:
+        if state != "warm":
+            other_work(float(state.split()[1]) * 1e3)
+
+    with Section() as sec:
+        results = {name: rotated_samples(call, F_STATES, reps, prepare) for name, call in _f_calls().items()}
+    lines = ["", f"## F. The call's path after W ms of other ops (median µs ±half-IQR of {reps})", "",
+             "| call | " + " | ".join(F_STATES) + " |", "|---|" + "---|" * len(F_STATES)]
+    for name, samples in results.items():
+        lines.append(f"| {name} | " + " | ".join(cell(samples[s]) for s in F_STATES) + " |")
+    return lines + ["", sec.line()]
+
+
 # ---------------------------------------------------------------------------------------------------------- main
 def _thp() -> str:
     try:
@@ -497,10 +537,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="repetitions of each state (default 80: ~2 minutes on a 2-core AMD EPYC VM)")
     parser.add_argument("--out", type=Path, default=None, help="Markdown results file, appended to (default: print "
                         "only)")
-    parser.add_argument("--sections", default="ABCDE", help="which sections to run (default ABCDE)")
+    parser.add_argument("--sections", default="ABCDEF", help="which sections to run (default ABCDEF)")
     args = parser.parse_args(argv)
-    if not args.sections or set(args.sections.upper()) - set("ABCDE"):
-        print("busy_wait_decay: --sections takes letters of ABCDE", file=sys.stderr)
+    if not args.sections or set(args.sections.upper()) - set("ABCDEF"):
+        print("busy_wait_decay: --sections takes letters of ABCDEF", file=sys.stderr)
         return 2
     if args.reps < 3:
         print("busy_wait_decay: --reps must be at least 3", file=sys.stderr)
@@ -528,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.sections.upper()
     sections = {"A": lambda: section_a(args.reps, ev, stream), "B": lambda: section_b(args.reps, ev, stream),
                 "C": lambda: section_c(args.reps, ev), "D": lambda: section_d(args.reps, ev),
-                "E": lambda: section_e(args.reps)}
+                "E": lambda: section_e(args.reps), "F": lambda: section_f(args.reps)}
     for letter, section in sections.items():
         if letter in wanted:
             emit("\n".join(section()), args.out)
