@@ -9,6 +9,8 @@ For a message of m bytes (``max_rank_bytes``), bus factor ``mul``, x = log2 m an
 The paper's middle branch jumps at the region boundaries. Here L and b are not free: they are solved from the two
 continuity conditions (the middle branch meets t_s at m1 and the linear branch at m2), so the curve is continuous by
 construction and the remaining parameters (t_s, BW_max, k, x0, m1, m2) are identifiable. All eight numbers are stored.
+Where the logistic is flat across [m1, m2] that solve has nothing to work with, so the fit also penalises a middle
+branch that misses an outer one (:func:`continuity_gap`), as it penalises one whose latency falls with size.
 
 Fitting: turning points are chosen among (at most 64, log-spaced) distinct training sizes: pairs on a coarse grid get
 a quick robust least-squares fit in ln(time) (soft-L1: timing spikes of a loaded machine count linearly); the best
@@ -36,6 +38,7 @@ MIN_SIZES = 6         # distinct training sizes needed
 K_BOUNDS = (1e-2, 20.0)
 ROBUST_SCALE = 0.05   # ln-time residual beyond which a point counts linearly (soft-L1)
 MONOTONE_WEIGHT = 10.0  # weight of the penalty on a middle branch whose latency falls with growing size
+CONTINUITY_WEIGHT = 10.0  # weight of the penalty on a middle branch that misses an outer one at a turning point
 
 
 def bus_factor(collective: str, world_size: int) -> float:
@@ -78,6 +81,20 @@ class CollectiveParams:
 
     def sigmoid(self, x: np.ndarray) -> np.ndarray:
         return self.L * _logistic(x, self.k, self.x0) + self.b
+
+
+def continuity_gap(p: CollectiveParams, mul: float) -> float:
+    """The larger |ln| ratio, at m1 and at m2, of the middle branch to the outer branch it should meet (0 when the
+    curve is continuous). :meth:`CollectiveParams.continuous` solves L and b for 0, but a logistic that is flat
+    across [m1, m2] (its midpoint far outside, its slope steep) leaves that solve without a usable difference: the
+    curve then jumps at a turning point, by x6 in a fit of 2026-11-30 (all_to_all ws2 on the AMD host: 1689 µs at
+    192 KiB, 365 at 256 KiB)."""
+    edges = np.array([p.m1, p.m2], dtype=float)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        middle = edges * mul / (1e3 * 10.0 ** p.sigmoid(np.log2(edges)))
+        outer = np.array([p.t_s, p.t_s + p.m2 * mul / (1e3 * p.bw_max)])
+        gap = np.abs(np.log(middle) - np.log(outer))
+    return float(np.nan_to_num(gap, nan=50.0, posinf=50.0).max())
 
 
 def curve(p: CollectiveParams, mul: float, m: np.ndarray) -> np.ndarray:
@@ -159,7 +176,9 @@ def _fit_pair(m1: float, m2: float, mul: float, sizes: np.ndarray, times: np.nda
             s = _logistic(grid, p.k, p.x0)
             slope = np.log(2.0) - np.log(10.0) * p.L * p.k * s * (1.0 - s)
         penalty = MONOTONE_WEIGHT * np.maximum(-slope.min(), 0.0)
-        return np.nan_to_num(np.append(r, penalty), nan=50.0, posinf=50.0, neginf=-50.0)
+        # ... and does not jump at a turning point: the middle branch meets both outer ones
+        jump = CONTINUITY_WEIGHT * continuity_gap(p, mul)
+        return np.nan_to_num(np.append(r, [penalty, jump]), nan=50.0, posinf=50.0, neginf=-50.0)
 
     start = np.array([np.log(t_s), np.log(max(bw_max, 1e-9)), 4.0 / max(x2 - x1, 1.0), (x1 + x2) / 2])
     lower = [-np.inf, -np.inf, K_BOUNDS[0], x1 - 20]

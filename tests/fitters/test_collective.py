@@ -44,6 +44,30 @@ def test_noisy_fit_scores_on_held_out_sizes_near_the_noise(synthetic):
     assert (np.diff(np.log(fitted)) > -1e-3).all()
 
 
+# all_to_all at world size 2 on the 2-core AMD host (gloo, a quickstart's sweep of 2026-11-30): each size's mean
+# latency in µs, sizes 8 B ... 16 MiB. Spiky means (p50s were 150-260 µs up to 512 KiB) once fitted a logistic flat
+# across [m1, m2], whose continuity solve failed: 1689 µs at 192 KiB, 365 at 256 KiB.
+_SPIKY_MEANS_US = [633, 433, 212, 286, 402, 589, 268, 233, 159, 379, 287, 181, 268, 732, 740, 576, 420, 371, 768,
+                   2202, 2980, 5730]
+
+
+def test_spiky_means_fit_a_curve_without_a_jump():
+    sizes = 2.0 ** np.arange(3, 3 + len(_SPIKY_MEANS_US))
+    model = coll.fit("all_to_all", 2, sizes, np.array(_SPIKY_MEANS_US, dtype=float))
+    assert coll.continuity_gap(model.params, model.mul) < 1e-6
+    fitted = model.predict(pd.DataFrame({"max_rank_bytes": np.geomspace(8, 2 ** 24, 400)}))
+    steps = np.diff(np.log(fitted))
+    assert steps.min() > -1e-3 and steps.max() < 0.1   # no fall, no jump between neighbouring sizes
+
+
+def test_a_flat_logistic_is_seen_as_a_jump():
+    mul = coll.bus_factor("all_to_all", 2)
+    flat = coll.CollectiveParams.continuous(2 ** 15, 2 ** 18, 280.0, 1.6, 5.0, 37.0, mul)   # midpoint at 128 GiB
+    assert coll.continuity_gap(flat, mul) > 1.0
+    fine = coll.CollectiveParams.continuous(2 ** 15, 2 ** 20, 280.0, 1.6, 0.7, 18.4, mul)
+    assert coll.continuity_gap(fine, mul) < 1e-9
+
+
 def test_too_few_sizes_and_bad_input_are_user_errors():
     with pytest.raises(PmdbError, match="3 distinct message sizes"):
         coll.fit("all_to_all", 2, np.array([4, 8, 16, 16]), np.array([1.0, 2.0, 3.0, 3.0]))
