@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from pmdb_commands import emit, host_line  # noqa: E402
 from collectors.ops import cache_evict  # noqa: E402
-from collectors.ops.after_other_work import other_work  # noqa: E402
+from collectors.ops.after_other_work import other_work, timed_us  # noqa: E402
 from collectors.memory_probe import busy_wait  # noqa: E402
 
 KIB, MIB = 2 ** 10, 2 ** 20
@@ -87,12 +87,6 @@ def vector_spin(ms: float) -> None:
     end = now_ns() + int(ms * 1e6)
     while now_ns() < end:
         torch.ops.aten.sigmoid.out(_small_in, out=_small_out)
-
-
-def timed_us(fn: Callable[[], Any]) -> float:
-    start = now_ns()
-    fn()
-    return (now_ns() - start) / 1e3
 
 
 def page_views(tensors: Tensors) -> list[torch.Tensor]:
@@ -484,16 +478,14 @@ F_STATES = ["warm"] + [f"other {w:g}" for w in F_WAITS_MS]
 def _f_calls() -> dict[str, Callable[[], Any]]:
     import torch.nn.functional as nnf
 
-    x, out = torch.randn(128, 256), torch.empty(128, 256)
+    _, gelu_outs, gelu_out = _gelu(128, 256)()            # section E's calls, its own makers
+    _, norm_outs, norm_out = _layer_norm(128, 256)()
     xg = torch.randn(128, 256, requires_grad=True)
-    w, b = torch.ones(256), torch.zeros(256)
     wg, bg = torch.ones(256, requires_grad=True), torch.zeros(256, requires_grad=True)
-    stats_out = (torch.empty(128, 1), torch.empty(128, 1))
     return {
-        "gelu 128x256, aten .out (section E)": lambda: torch.ops.aten.gelu.out(x, out=out),
+        "gelu 128x256, aten .out (section E)": lambda: gelu_out(gelu_outs),
         "gelu 128x256, functional with grad": lambda: nnf.gelu(xg),
-        "layer_norm 128x256, aten .out (section E)": lambda: torch.ops.aten.native_layer_norm.out(
-            x, [256], w, b, 1e-5, out0=out, out1=stats_out[0], out2=stats_out[1]),
+        "layer_norm 128x256, aten .out (section E)": lambda: norm_out(norm_outs),
         "layer_norm 128x256, functional with grad": lambda: nnf.layer_norm(xg, [256], wg, bg),
     }
 

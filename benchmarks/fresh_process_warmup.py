@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 from pmdb_commands import Commands, emit, host_line  # noqa: E402
+from host_op_diagnosis import phase_marks  # noqa: E402
 from truth_repeat import stored_collections, workloads  # noqa: E402
 
 COMMANDS = Commands("fresh_process_warmup")
@@ -121,14 +122,8 @@ def phase_times(family: str, config: dict, batch_size: int, iters: int) -> tuple
     zeros: list = []
     for k in range(iters):
         zeros.append(largest_state_zeros(trainer.optimizer))
-        marks = [time.perf_counter_ns()]
-        trainer.optimizer.zero_grad()
-        loss = trainer.model(**trainer.batches[k]).loss
-        marks.append(time.perf_counter_ns())
-        loss.backward()
-        marks.append(time.perf_counter_ns())
-        trainer.optimizer.step()
-        marks.append(time.perf_counter_ns())
+        marks = phase_marks(trainer, family, trainer.batches[k])
+        del marks[1]   # zero_grad counts with the forward
         for phase, begun, ended in zip(times, marks, marks[1:]):
             times[phase].append((ended - begun) / 1e3)
     return times, zeros

@@ -220,28 +220,35 @@ def trainer_of(family: str, config: dict, batch_size: int, steps: int):
     return trainer, ids
 
 
+def phase_marks(trainer, family: str, batch) -> list[int]:
+    """One unprofiled training step of ``trainer`` on ``batch``, its phases marked (perf_counter_ns): before
+    zero_grad, after it, after the forward with the loss, after the backward, after the optimizer step."""
+    import time
+
+    marks = [time.perf_counter_ns()]
+    trainer.optimizer.zero_grad()
+    marks.append(time.perf_counter_ns())
+    loss = trainer.loss(trainer.model(batch.dense, batch.indices, batch.offsets), batch.labels) \
+        if family == "dlrm" else trainer.model(**batch).loss
+    marks.append(time.perf_counter_ns())
+    loss.backward()
+    marks.append(time.perf_counter_ns())
+    trainer.optimizer.step()
+    marks.append(time.perf_counter_ns())
+    return marks
+
+
 def measured_phases(family: str, config: dict, batch_size: int, steps: int) -> dict[str, tuple[float, float]]:
     """Per phase (zero_grad, fw, bw, optimizer) of ``steps`` unprofiled training steps of the workload, each phase
     timed apart: (median, 10th percentile) µs. One thread, pmdb's allocator settings (as `collect workload`)."""
     import statistics
-    import time
 
     import numpy as np
 
     trainer, ids = trainer_of(family, config, batch_size, steps)
     times: dict[str, list[float]] = defaultdict(list)
     for k in range(steps):
-        batch = trainer.batches[ids[k % len(ids)]]
-        marks = [time.perf_counter_ns()]
-        trainer.optimizer.zero_grad()
-        marks.append(time.perf_counter_ns())
-        loss = trainer.loss(trainer.model(batch.dense, batch.indices, batch.offsets), batch.labels) \
-            if family == "dlrm" else trainer.model(**batch).loss
-        marks.append(time.perf_counter_ns())
-        loss.backward()
-        marks.append(time.perf_counter_ns())
-        trainer.optimizer.step()
-        marks.append(time.perf_counter_ns())
+        marks = phase_marks(trainer, family, trainer.batches[ids[k % len(ids)]])
         for (_, phase), begun, ended in zip(PHASE_ROWS, marks, marks[1:]):
             times[phase].append((ended - begun) / 1e3)
     return {phase: (statistics.median(v), float(np.percentile(v, 10))) for phase, v in times.items()}

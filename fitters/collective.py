@@ -89,21 +89,27 @@ def continuity_gap(p: CollectiveParams, mul: float) -> float:
     across [m1, m2] (its midpoint far outside, its slope steep) leaves that solve without a usable difference: the
     curve then jumps at a turning point, by x6 in a fit of 2026-11-30 (all_to_all ws2 on the AMD host: 1689 µs at
     192 KiB, 365 at 256 KiB)."""
-    edges = np.array([p.m1, p.m2], dtype=float)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        middle = edges * mul / (1e3 * 10.0 ** p.sigmoid(np.log2(edges)))
-        outer = np.array([p.t_s, p.t_s + p.m2 * mul / (1e3 * p.bw_max)])
-        gap = np.abs(np.log(middle) - np.log(outer))
+        middle = _middle(p, mul, np.array([p.m1, p.m2], dtype=float))
+        gap = np.abs(np.log(middle) - np.log([p.t_s, float(_linear(p, mul, p.m2))]))
     return float(np.nan_to_num(gap, nan=50.0, posinf=50.0).max())
+
+
+def _middle(p: CollectiveParams, mul: float, m: np.ndarray) -> np.ndarray:
+    """The middle branch's µs at ``m`` bytes, whatever region m lies in."""
+    with np.errstate(over="ignore", divide="ignore"):
+        return m * mul / (1e3 * 10.0 ** p.sigmoid(np.log2(np.maximum(m, 1.0))))
+
+
+def _linear(p: CollectiveParams, mul: float, m: np.ndarray | float) -> np.ndarray:
+    """The bandwidth branch's µs at ``m`` bytes."""
+    return p.t_s + np.asarray(m, dtype=float) * mul / (1e3 * p.bw_max)
 
 
 def curve(p: CollectiveParams, mul: float, m: np.ndarray) -> np.ndarray:
     """Latency in µs of messages of ``m`` bytes."""
     m = np.asarray(m, dtype=float)
-    with np.errstate(over="ignore", divide="ignore"):
-        middle = m * mul / (1e3 * 10.0 ** p.sigmoid(np.log2(np.maximum(m, 1.0))))
-    linear = p.t_s + m * mul / (1e3 * p.bw_max)
-    return np.where(m <= p.m1, p.t_s, np.where(m >= p.m2, linear, middle))
+    return np.where(m <= p.m1, p.t_s, np.where(m >= p.m2, _linear(p, mul, m), _middle(p, mul, m)))
 
 
 class CollectiveModel(Model):

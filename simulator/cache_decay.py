@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from simulator.memory_phase import summary_probes
+from simulator.piecewise import linear
 
 LEVELS = ("l2", "llc")
 
@@ -44,13 +45,7 @@ class CacheDecay:
         curve = self.survives.get(level)
         if curve is None or not elapsed_us == elapsed_us or elapsed_us <= 0:   # NaN or nothing elapsed
             return 1.0
-        waits = self.waits_us
-        if elapsed_us >= waits[-1]:
-            return curve[-1]
-        for (w0, s0), (w1, s1) in zip(zip(waits, curve), zip(waits[1:], curve[1:])):
-            if elapsed_us <= w1:
-                return s0 + (elapsed_us - w0) / (w1 - w0) * (s1 - s0)
-        return curve[-1]
+        return linear(elapsed_us, self.waits_us, curve)
 
     def label(self) -> str:
         """'L2 1 ms 50%, 4 ms 0%, ...; LLC ...': the share left after each wait."""

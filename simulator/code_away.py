@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from simulator.memory_phase import summary_field
+from simulator.piecewise import linear
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,7 @@ class CodeAway:
             curve = self.penalties.get(f"{op}/torch") or (mine[0] if len(mine) == 1 else None)
         if curve is None or not elapsed_us == elapsed_us or elapsed_us <= 0:
             return 0.0
-        previous_w, previous_p = 0.0, 0.0
-        for wait, penalty in zip(self.waits_us, curve):
-            if elapsed_us <= wait:
-                return previous_p + (elapsed_us - previous_w) / (wait - previous_w) * (penalty - previous_p)
-            previous_w, previous_p = wait, penalty
-        return curve[-1]
+        return linear(elapsed_us, (0.0, *self.waits_us), (0.0, *curve))   # from 0 at 0 µs
 
     def label(self) -> str:
         """'34 ops, median 12 / 40 / 110 µs after 0.5 / 2 / 8 ms'."""

@@ -31,6 +31,7 @@ from simulator import cache_decay, code_away
 from simulator.cache_decay import CacheDecay
 from simulator.code_away import CodeAway
 from simulator.memory_phase import run_summaries, summary_probes, sweep_summaries
+from simulator.piecewise import linear
 
 
 @dataclass(frozen=True)
@@ -51,14 +52,7 @@ class LlcFound:
             return 0.0
         if nbytes <= self.sizes[0]:
             return self.found[0]
-        if nbytes >= self.sizes[-1]:
-            return self.found[-1]
-        x = math.log2(nbytes)
-        for (s0, f0), (s1, f1) in zip(zip(self.sizes, self.found), zip(self.sizes[1:], self.found[1:])):
-            if nbytes <= s1:
-                w = (x - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
-                return f0 + w * (f1 - f0)
-        return self.found[-1]
+        return linear(math.log2(nbytes), [math.log2(s) for s in self.sizes], self.found)   # linear in log2 bytes
 
     def with_llc(self, llc_bytes: float | None) -> "LlcFound":
         return replace(self, llc_bytes=llc_bytes)

@@ -37,7 +37,8 @@ def other_work(us: float) -> None:
         torch.relu(torch.mm(_A, _B) + _A)
 
 
-def _timed_us(fn: Callable[[], Any]) -> float:
+def timed_us(fn: Callable[[], Any]) -> float:
+    """µs of one call of ``fn``."""
     start = time.perf_counter_ns()
     fn()
     return (time.perf_counter_ns() - start) / 1e3
@@ -55,11 +56,11 @@ def away_curve(fn: Callable[[], Any], reps: int = REPS) -> dict[str, Any]:
         after: list[list[float]] = [[] for _ in WAITS_US]
         for _ in range(reps):
             fn()
-            warm.append(_timed_us(fn))
+            warm.append(timed_us(fn))
             for k, wait in enumerate(WAITS_US):
                 fn()
                 other_work(wait)
-                after[k].append(_timed_us(fn))
+                after[k].append(timed_us(fn))
     finally:
         torch.set_num_threads(threads)
     return {"warm_us": round(statistics.median(warm), 2), "waits_us": list(WAITS_US),
