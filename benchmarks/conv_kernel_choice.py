@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from pmdb_commands import host_line  # noqa: E402
+from pmdb_commands import host_line, neusight_gpus  # noqa: E402
 
 GPUS = {"p4": "Tesla_P4", "p100": "Tesla_P100-PCIE-16GB", "t4": "Tesla_T4", "v100": "Tesla_V100-PCIE-32GB",
         "a100-80gb": "NVIDIA_A100_80GB_PCIe"}
@@ -98,16 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the split and the trees (default 0)")
     parser.add_argument("--gpus", default=",".join(GPUS), help=f"GPUs to score (default {','.join(GPUS)})")
     args = parser.parse_args(argv)
-    wanted = [g.strip() for g in args.gpus.split(",") if g.strip()]
-    unknown = [g for g in wanted if g not in GPUS]
-    if unknown or not wanted:
-        print(f"conv_kernel_choice: unknown GPU {', '.join(unknown) or '(none)'}: use {', '.join(GPUS)}",
-              file=sys.stderr)
+    found = neusight_gpus("conv_kernel_choice", args.shared, args.gpus, GPUS)
+    if found is None:
         return 2
-    base = args.shared / "gpu_kernels" / "neusight"
-    if not base.is_dir():
-        print(f"conv_kernel_choice: {base} is missing (the shared data folder; see --shared)", file=sys.stderr)
-        return 2
+    base, wanted = found
     started, clock = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), time.monotonic()
     rows = ["| GPU | rows | kernel sets | shape only GMAE % | with the kernel set (oracle) % | shape only, by "
             "latency quartile (fastest first) % |", "|---|---|---|---|---|---|"]

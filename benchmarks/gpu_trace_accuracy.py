@@ -17,7 +17,10 @@ From an empty workspace, every step an ordinary pmdb command (printed as it runs
    ``--kernels models`` (the models fitted on the mined rows, cross-GPU champions for the ops with too few shapes to
    fit; in-sample too, no target);
 5. the table: errors, mined rows per op, which overhead table (lender) and model families priced each prediction,
-   and where each model-mode prediction's time goes (kernels, host path, device idle: from the stored rows).
+   and where each model-mode prediction's time goes (kernels, host path, device idle: from the stored rows);
+6. per op and shape, the cross-GPU models' price (the versions of step 3, never fitted on this trace) against the
+   device time the H200 traced for the same shape (:func:`cross_gpu_per_shape`): where a GPU none of the tables
+   was goes wrong, from true device times (the labels' per-node CSVs of the V100 and L4 are single-call latencies).
 
     .venv/bin/python benchmarks/gpu_trace_accuracy.py [--shared ../shared/data] [--workspace DIR] [--out FILE]
 """
@@ -39,6 +42,8 @@ H200 = "nvidia-h200"
 TABLE_DIRS = {"NVIDIA_A100-PCIE-40GB": "nvidia-a100-pcie-40gb", "Tesla_P100-PCIE-16GB": "tesla-p100-pcie-16gb",
               "Tesla_P4": "tesla-p4", "Tesla_T4": "tesla-t4", "Tesla_V100-PCIE-32GB": "tesla-v100-pcie-32gb"}
 TARGETS = {"replay": 3.0, "cross-gpu": 10.0, "mined": 3.0, "fitted": None}
+ITERATIONS = 3      # profiled iterations of the trace (ProfilerStep#1..3): mined calls per iteration
+SMALL_US = 10.0     # per-shape table: kernels shorter than this (µs traced) are summed apart
 
 
 _COMMANDS = Commands("gpu_trace_accuracy", shown_chars=100)
@@ -107,13 +112,14 @@ def main(argv: list[str] | None = None) -> int:
                        "'gemm_shapes') ORDER BY 1, 2", log)
     skipped = [line.split("skipped ", 1)[1].split(" (", 1)[0] for line in fit_out.splitlines()
                if "note: skipped" in line]
+    per_shape = cross_gpu_per_shape(home)
     mined_out = pmdb(home, "predict", "--trace-set", set_id, log=log)
     insample = _prediction(home, log)
     fitted_out = pmdb(home, "predict", "--trace-set", set_id, "--kernels", "models", log=log)
     by_models = _prediction(home, log)
     report = render(tset, import_s, imported, replay, cross, insample, by_models, mined, unprofiled_ms,
                     [cross_out, mined_out, fitted_out], log, load_before, time.perf_counter() - started, fitted,
-                    skipped)
+                    skipped, per_shape)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
     print(report)
@@ -209,9 +215,71 @@ def _range_line(row: dict, truth_ms: float) -> str:
             f"is {'within' if low <= truth_ms <= high else 'OUTSIDE'} it. Per held-out GPU (ms): {per_gpu}.")
 
 
+def cross_gpu_per_shape(home: Path) -> list[dict]:
+    """Each mined (op, pass, shape) of the H200 priced by the op's cross-GPU version (``pmdb fit cross-gpu``: family
+    cross_gpu, or gemm_shapes for a GEMM's backward), beside the traced device time: op, pass, shape, calls per
+    iteration, traced µs (median per call), cross µs; ops without such a version are left out."""
+    sys.path.insert(0, str(ROOT))
+    from fitters import features
+    from fitters.load import load_model
+    from pmdb.config import Workspace
+    from pmdb.store import Store
+
+    workspace = Workspace(home)
+    store = Store.open(workspace, read_only=True)
+    try:
+        rows = store.query("SELECT op, pass, config_key, CAST(params AS VARCHAR) AS params, median_us "
+                           "FROM v_op_measurements WHERE platform = ? AND source = 'trace'", [H200])
+        versions = store.query("SELECT name, max(version) AS version FROM model_versions WHERE platform = ? "
+                               "AND family IN ('cross_gpu', 'gemm_shapes') GROUP BY name", [H200])
+    finally:
+        store.close()
+    by_name = dict(zip(versions["name"], versions["version"]))
+    out: list[dict] = []
+    for (op, pass_), group in rows.groupby(["op", "pass"], sort=True):
+        name = f"{op}.{pass_}.device~{H200}"
+        if name not in by_name:
+            continue
+        model = load_model(workspace, name, int(by_name[name]))
+        for _key, shape in group.groupby("config_key", sort=False):
+            params = features.params_frame(shape["params"].iloc[:1])
+            priced = float(model.predict(params)[0])
+            out.append({"op": op, "pass": pass_, "shape": " ".join(f"{k}={v:g}" for k, v in params.iloc[0].items()),
+                        "calls": len(shape) / ITERATIONS, "traced_us": float(shape["median_us"].median()),
+                        "cross_us": priced})
+    return sorted(out, key=lambda r: -r["calls"] * r["traced_us"])
+
+
+def _per_shape_lines(per_shape: list[dict], shown: int = 16) -> list[str]:
+    """The per-shape table (the largest traced work first) and its totals per iteration."""
+    if not per_shape:
+        return ["", "Per op and shape: no mined shape of an op with a cross-GPU version."]
+    traced = sum(r["calls"] * r["traced_us"] for r in per_shape) / 1e3
+    priced = sum(r["calls"] * r["cross_us"] for r in per_shape) / 1e3
+    gemm = [r for r in per_shape if r["op"] in ("fully_connected", "bmm")]
+    small = [r for r in per_shape if r["traced_us"] < SMALL_US]
+    lines = ["", f"Per op and shape: the cross-GPU price (models of step 3, never fitted on this trace) against the "
+             f"device time the H200 traced for that shape (median per call), the largest traced work first; the "
+             f"{len(per_shape)} shapes of ops with a cross-GPU version, {traced:.1f} ms of traced device time per "
+             f"iteration, priced at {priced:.1f} ms (x{priced / traced:.2f}). GEMMs (fully_connected, bmm; "
+             f"backward as their forward GEMMs): traced "
+             f"{sum(r['calls'] * r['traced_us'] for r in gemm) / 1e3:.1f} ms, priced "
+             f"{sum(r['calls'] * r['cross_us'] for r in gemm) / 1e3:.1f} ms. Kernels under {SMALL_US:g} µs "
+             f"({len(small)} shapes): traced {sum(r['calls'] * r['traced_us'] for r in small) / 1e3:.2f} ms, priced "
+             f"{sum(r['calls'] * r['cross_us'] for r in small) / 1e3:.2f} ms (the tables can only bound a kernel "
+             f"their host's floor hid, and the models learn that bound).", "",
+             "| op | pass | shape | calls / iteration | traced µs | cross-GPU µs | cross / traced |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['op']} | {r['pass']} | {r['shape']} | {r['calls']:g} | {r['traced_us']:.1f} | "
+              f"{r['cross_us']:.1f} | {r['cross_us'] / r['traced_us']:.2f} |" for r in per_shape[:shown]]
+    if len(per_shape) > shown:
+        lines.append(f"| ... {len(per_shape) - shown} more shapes | | | | | | |")
+    return lines
+
+
 def render(tset: dict, import_s: float, imported: str, replay: dict, cross: dict, insample: dict, by_models: dict,
            mined: list[dict], unprofiled_ms: float, outputs: list[str], log: list[str], load_before: tuple,
-           wall_s: float, fitted: list[dict], skipped: list[str]) -> str:
+           wall_s: float, fitted: list[dict], skipped: list[str], per_shape: list[dict] | None = None) -> str:
     """The Markdown results file."""
     rows = [("replay (every time from the trace)", replay, "the profiled iteration", TARGETS["replay"]),
             ("model, cross-GPU models (not fitted on this trace)", cross, "unprofiled", TARGETS["cross-gpu"]),
@@ -240,6 +308,7 @@ def render(tset: dict, import_s: float, imported: str, replay: dict, cross: dict
     lines += ["", f"Where the model-mode time goes (stored per-rank result; the kernels of the replayed iteration sum "
               f"to {replay['baseline_us'] / 1e3:.2f} ms, the unprofiled step is {unprofiled_ms:.2f} ms):", ""]
     lines += [_where(label, row) for label, row in zip(labels, (cross, insample, by_models))]
+    lines += _per_shape_lines(per_shape or [])
     lines += ["", "What the model-mode predictions printed (notes and warnings):", ""]
     lines += [f"- {label}: {note}" for label, out in zip(labels, outputs)
               for note in dict.fromkeys(_notes(out))] or ["- none"]

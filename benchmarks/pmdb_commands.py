@@ -101,3 +101,18 @@ def new_workspace(name: str, workspace: Path | None, prefix: str, *, folders: tu
         print(f"{name}: {home} exists; give a new --workspace", file=sys.stderr)
         return None
     return home
+
+
+def neusight_gpus(name: str, shared: Path, gpus: str, known: "dict[str, str]") -> "tuple[Path, list[str]] | None":
+    """The NeuSight tables folder under the shared data folder and the GPUs a ``--gpus`` list names (keys of
+    ``known``); None after one error line on stderr, headed by the benchmark's ``name`` (an unknown GPU, no folder)."""
+    wanted = [g.strip() for g in gpus.split(",") if g.strip()]
+    unknown = [g for g in wanted if g not in known]
+    if unknown or not wanted:
+        print(f"{name}: unknown GPU {', '.join(unknown) or '(none)'}: use {', '.join(known)}", file=sys.stderr)
+        return None
+    base = shared / "gpu_kernels" / "neusight"
+    if not base.is_dir():
+        print(f"{name}: {base} is missing (the shared data folder; see --shared)", file=sys.stderr)
+        return None
+    return base, wanted

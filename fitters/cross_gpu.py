@@ -95,6 +95,11 @@ LEGACY_FEATURE_NAMES = ("ln_tiles", "ln_waves", "wave_fill", "ln_roof_us", "ln_k
                         "ln_intensity_over_ridge", "ln_bytes_over_l2", "ln_tiles_per_sm", "ln_wave_quantisation",
                         "ln_roof_over_floor")
 FLOOR_QUANTILE = 0.01       # a GPU's floor for an op: this quantile of its latencies (µs)
+# Sheet figures a target is checked against its sources' span with (:func:`sheet_outside`): (figure, label, unit,
+# divisor of the stored value); 'flop_per_byte' is fp32_flops / mem_bw, the sheet's ridge point.
+SPAN_FIGURES = (("fp32_flops", "FP32 rate", "TFLOP/s", 1e12), ("mem_bw", "bandwidth", "GB/s", 1e9),
+                ("flop_per_byte", "FP32 per byte", "FLOP/B", 1.0), ("sm_count", "SMs", "", 1.0),
+                ("cores_per_sm", "FP32 lanes per SM", "", 1.0), ("l2_bytes", "L2", "MiB", 2.0 ** 20))
 
 
 def _col(frame: pd.DataFrame, name: str, default: float = 1.0) -> np.ndarray:
@@ -522,9 +527,14 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
     from fitters.registry import Registry, VersionRecord, kernel_model_name
 
     sheet, sources, ops = plan_target(store, options)
+    notes: list[str] = []
+    outside = sheet_outside(sheet.features(), [found.features() for found in
+                                               (gpu_specs.load(store, g) for g in sources) if found is not None])
+    if outside:
+        notes.append(f"{options.target}'s sheet lies outside its sources' span: {describe_outside(outside)}; "
+                     f"its kernels are priced beyond what the sources showed")
     registry = Registry(workspace)
     results: list[dict[str, Any]] = []
-    notes: list[str] = []
     spreads: dict[str, tuple[float, float]] = {}   # op -> (lowest, highest) held-out measured / predicted
     say = options.progress or (lambda _message: None)
     args = {"target": options.target, "ops": ops, "sources": sources, "seed": options.seed,
@@ -557,6 +567,8 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
             train = data.subset(np.flatnonzero(~own)).sample(options.max_rows_per_gpu, options.seed)
             say(f"{op}: fitting on {len(train)} rows of {', '.join(sorted(set(train.gpu)))}")
             model = fit(train, options.seed).for_gpu(sheet, options.target)
+            if outside:
+                model.info = {**model.info, "sheet_outside": outside}
             if own.any():
                 test = data.subset(np.flatnonzero(own))
                 predicted = model.predict(test.params)
@@ -606,6 +618,38 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
     frame.attrs["sources"] = sources
     frame.attrs["logo_ratio_spread"] = spreads
     return frame, notes
+
+
+def sheet_outside(target: dict[str, float], sources: list[dict[str, float]]) -> dict[str, list[float]]:
+    """The target sheet's figures (:data:`SPAN_FIGURES`) outside the span of its sources' sheets: {figure: [value,
+    lowest, highest]} in the stored units (FLOP/s, bytes/s, counts, bytes). The trees see a GPU only through its
+    kernels' tiles, waves and rooflines, so a sheet beyond its sources' is priced by what GPUs unlike it did: the
+    L4's 104 FLOP per byte against the NeuSight GPUs' 12-30, its 128 FP32 lanes per SM against their 64. A figure
+    missing from a sheet is not compared."""
+    def figures(sheet: dict[str, float]) -> dict[str, float]:
+        out = {k: float(v) for k, v in sheet.items() if v is not None and math.isfinite(float(v)) and float(v) > 0}
+        if "fp32_flops" in out and "mem_bw" in out:
+            out["flop_per_byte"] = out["fp32_flops"] / out["mem_bw"]
+        return out
+
+    own, theirs = figures(target), [figures(s) for s in sources]
+    outside: dict[str, list[float]] = {}
+    for name, *_ in SPAN_FIGURES:
+        values = [s[name] for s in theirs if name in s]
+        if name in own and values and not min(values) <= own[name] <= max(values):
+            outside[name] = [own[name], min(values), max(values)]
+    return outside
+
+
+def describe_outside(outside: dict[str, list[float]]) -> str:
+    """'FP32 per byte 104 FLOP/B (sources 12-30), ...' of :func:`sheet_outside`'s figures."""
+    parts = []
+    for name, label, unit, divisor in SPAN_FIGURES:
+        if name in outside:
+            value, low, high = (v / divisor for v in outside[name])
+            span = f"{low:.3g}" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g}-{high:.3g}"
+            parts.append(f"{label} {value:.3g}{' ' + unit if unit else ''} (sources {span})")
+    return ", ".join(parts)
 
 
 def logo_ratios(held: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:

@@ -34,6 +34,7 @@ class SpecRange:
 
     per_gpu: dict[str, float] = field(default_factory=dict)
     priced_share: float = 0.0
+    outside: dict[str, list[float]] = field(default_factory=dict)   # the target's sheet beyond its sources' span
 
     def bounds(self, predicted_us: float) -> tuple[float, float]:
         """(low, high) µs: the prediction and every held-out GPU's step."""
@@ -45,9 +46,20 @@ class SpecRange:
         low, high = self.bounds(predicted_us)
         return f"{low / 1000:.3f}-{high / 1000:.3f}"
 
+    def outside_text(self) -> str:
+        """'' or the sheet's figures beyond its sources' span, as `pmdb fit cross-gpu` names them."""
+        if not self.outside:
+            return ""
+        from fitters.cross_gpu import describe_outside
+
+        return describe_outside(self.outside)
+
     def to_json(self) -> dict[str, Any]:
-        return {"per_gpu_us": {g: round(us, 3) for g, us in sorted(self.per_gpu.items())},
-                "priced_share": round(self.priced_share, 4)}
+        out: dict[str, Any] = {"per_gpu_us": {g: round(us, 3) for g, us in sorted(self.per_gpu.items())},
+                               "priced_share": round(self.priced_share, 4)}
+        if self.outside:
+            out["sheet_outside"] = self.outside
+        return out
 
 
 def ratios_of(model: Any) -> dict[str, float] | None:
@@ -57,6 +69,16 @@ def ratios_of(model: Any) -> dict[str, float] | None:
         if isinstance(info, dict) and info.get("logo_ratio"):
             return {str(g): float(r) for g, r in info["logo_ratio"].items()}
     return None
+
+
+def outside_of(model: Any) -> dict[str, list[float]]:
+    """The figures of the target's sheet outside its sources' span a cross-GPU model was stored with
+    (:func:`fitters.cross_gpu.sheet_outside`; {} when none, or when fitted before they were stored)."""
+    for candidate in (model, getattr(model, "base", None)):
+        info = getattr(candidate, "info", None)
+        if isinstance(info, dict) and info.get("sheet_outside"):
+            return {str(k): [float(x) for x in v] for k, v in info["sheet_outside"].items()}
+    return {}
 
 
 def factors(models: ModelSet, priced_by: Mapping[int, str]) -> dict[str, dict[int, float]]:
@@ -87,4 +109,8 @@ def spec_range(models: ModelSet, priced_by: Mapping[int, str], times_us: Mapping
     moved = set().union(*(f.keys() for f in per_gpu.values()))
     total = sum(times_us.values())
     share = sum(times_us.get(key, 0.0) for key in moved) / total if total > 0 else 0.0
-    return SpecRange({gpu: float(step_of(f)) for gpu, f in sorted(per_gpu.items())}, float(share))
+    outside: dict[str, list[float]] = {}
+    for ref in models.kernels.values():
+        if ref.family in RATIO_FAMILIES and not outside:
+            outside = outside_of(ref.model)
+    return SpecRange({gpu: float(step_of(f)) for gpu, f in sorted(per_gpu.items())}, float(share), outside)

@@ -56,7 +56,10 @@ from pmdb.traces.graph import Stream
 #    caches decay over time (simulator.cache_decay; pmdb.traces.reuse's elapsed µs)
 # 14: reuse pricing adds to each forward call of the forward phase what its code path away costs, at the traced time
 #    since the previous forward call of its op ended, where the platform's op sweeps timed it (simulator.code_away)
-RULES_VERSION = 14
+# 15: rule 8 on a GPU too: a bmm backward node's layout, read from the gradient GEMMs nested in it, was built only
+#    for graphs loaded with every nested op (CPUs, `collect mine-traces`), so a GPU prediction priced it row-major
+#    and missed its mined rows (pmdb.traces.opmap.needs_nested_ops); CPU predictions are unchanged
+RULES_VERSION = 15
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

@@ -109,7 +109,9 @@ def _range_text(pred: Prediction) -> str:
             f"only. The cross-GPU models that priced {100 * span.priced_share:.0f}% of the work were off on each "
             f"GPU they left out in testing; with each such GPU's error applied, the step is (ms): {gpus}. A new "
             f"GPU drawn like these {len(span.per_gpu)} would fall within their span about "
-            f"{len(span.per_gpu) - 1} times in {len(span.per_gpu) + 1}")
+            f"{len(span.per_gpu) - 1} times in {len(span.per_gpu) + 1}"
+            + (f"; but its sheet lies outside theirs ({span.outside_text()}), so it is not drawn like them: "
+               f"the range is a guide, not a bound" if span.outside else ""))
 
 
 def predict(ctx: typer.Context,

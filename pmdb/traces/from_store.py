@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pmdb.traces.iterations import aligned_iteration_us
+from pmdb.traces.opmap import needs_nested_ops
 from pmdb.traces.rows import storage_edges
 from pmdb.errors import PmdbError
 from pmdb.platform import Semantics
@@ -205,7 +206,7 @@ def _rank_iterations(builder: RankUnits, wanted: list[int | None], detail: bool)
         previous_end = spans[k][0] if k is not None and k in spans else float("nan")
         for u in units:
             op = make_op(builder, u, by_unit.get(u, []), comm.get(u))
-            if detail:
+            if detail or needs_nested_ops(op.name):
                 op.sub = builder.sub_ops(u)
             op.gap_before_us = max(0.0, op.start_us - previous_end) if not math.isnan(previous_end) else 0.0
             if not math.isnan(op.start_us):

@@ -333,6 +333,19 @@ def _single_gemm(op: Op, base: str) -> Mapped | None:
     return None
 
 
+NESTED_LAYOUT_NODES = ("Bmm", "Baddbmm")   # backward nodes whose operand layout is read from their nested GEMMs
+
+
+def needs_nested_ops(name: str) -> bool:
+    """Whether mapping an op named ``name`` reads its nested ops' strides (``Op.sub``): a bmm's backward node, whose
+    operands' layout comes from the gradient GEMMs it ran (:func:`pmdb.traces.layout.backward_layout`). A graph
+    loaded without detail still builds these (:func:`pmdb.traces.from_store.load_graphs`), so a GPU prediction prices
+    the layout that `pmdb collect mine-traces` (which loads with detail) recorded for the same op."""
+    if not name.startswith(BACKWARD_PREFIX):
+        return False
+    return re.sub(r"Backward\d*$", "", name[len(BACKWARD_PREFIX):]) in NESTED_LAYOUT_NODES
+
+
 def _nested_gemms(op: Op, name: str) -> list[tuple[list[Any], Any]]:
     """(input shapes, input strides) of every ``name`` op below ``op`` in execution order (depth first), from its
     child Ops (loaded with detail; empty without)."""
@@ -379,11 +392,11 @@ def _backward(op: Op) -> Mapped | object | None:
     if base in ("Addmm", "Mm", "Linear"):
         k = _reduced_dim(op, "mm", _numel(grad[:-1]), grad[-1])
         return Mapped("fully_connected", "bwd", _gemm(_numel(grad[:-1]), grad[-1], k)) if k else None
-    if base in ("Bmm", "Baddbmm"):
+    if base in NESTED_LAYOUT_NODES:
         k = _reduced_dim(op, "bmm", grad[-2], grad[-1]) if len(grad) >= 2 else None
         if not k:
             return None
-        layout = backward_layout(_nested_gemms(op, "aten::bmm"), grad[-2], grad[-1])
+        layout = backward_layout(_nested_gemms(op, "aten::bmm"), grad[-2], grad[-1])   # needs_nested_ops
         return Mapped("bmm", "bwd", {**_gemm(grad[-2], grad[-1], k, _numel(grad[:-2])), **layout})
     if base in ("Convolution", "CudnnConvolution", "MkldnnConvolution"):
         shapes = _tensors(_child(op, ("convolution_backward",)) or [])

@@ -195,7 +195,11 @@ def test_spec_only_target_roundtrip_through_the_registry(gpu_ws):
         champions = store.query("SELECT name, version FROM model_aliases WHERE alias = 'champion'")
         data = cross_gpu.load_data(store, "fully_connected")
         sheet = gpu_specs.load(store, "l4")
-    assert notes == [] and results.attrs["sources"] == ["p4", "t4", "v100"]
+    assert results.attrs["sources"] == ["p4", "t4", "v100"]
+    # the L4's sheet beyond the three sources': said once, and stored with every version
+    assert notes == ["l4's sheet lies outside its sources' span: FP32 rate 31.3 TFLOP/s (sources 5.7-14), FP32 "
+                     "per byte 104 FLOP/B (sources 15.6-29.7), FP32 lanes per SM 128 (sources 64), L2 48 MiB "
+                     "(sources 2-6); its kernels are priced beyond what the sources showed"]
     assert versions["name"].tolist() == ["fully_connected.bwd.device~l4", "fully_connected.fwd.device~l4",
                                          "layer_norm.fwd.device~l4"]
     fwd = versions[versions["pass"] == "fwd"]
@@ -209,6 +213,8 @@ def test_spec_only_target_roundtrip_through_the_registry(gpu_ws):
     fresh = cross_gpu.fit(data, seed=0).for_gpu(sheet, "l4")
     loaded = load_model(gpu_ws, "fully_connected.fwd.device~l4", "champion")
     assert isinstance(loaded, cross_gpu.CrossGpuModel) and loaded.target["platform"] == "l4"
+    assert sorted(loaded.info["sheet_outside"]) == ["cores_per_sm", "flop_per_byte", "fp32_flops", "l2_bytes"]
+    assert loaded.info["sheet_outside"]["cores_per_sm"] == [128.0, 64.0, 64.0]
     assert loaded.target["fp32_flops"] == pytest.approx(31334e9)
     floors = {g: np.quantile(data.times_us[data.gpu == g], cross_gpu.FLOOR_QUANTILE) for g in ("p4", "t4", "v100")}
     assert loaded.floors == pytest.approx(floors)     # L4's floor is unknowable: the sources' median
@@ -222,6 +228,20 @@ def test_spec_only_target_roundtrip_through_the_registry(gpu_ws):
     inside = frame[(frame["N"] <= backward.bounds["M"])]      # no GEMM to turn: the model's own backward pricing
     assert 0 < len(inside) < len(frame)
     np.testing.assert_allclose(fresh.predict_pass(inside, "bwd"), backward.predict(inside))
+
+
+def test_a_sheet_outside_its_sources_span_figure_by_figure():
+    sources = [{"fp32_flops": 8e12, "mem_bw": 400e9, "sm_count": 40.0, "cores_per_sm": 64.0, "l2_bytes": 4 * 2 ** 20},
+               {"fp32_flops": 16e12, "mem_bw": 1000e9, "sm_count": 80.0, "cores_per_sm": 64.0,
+                "l2_bytes": math.nan}]
+    inside = {"fp32_flops": 10e12, "mem_bw": 500e9, "sm_count": 80.0, "cores_per_sm": 64.0, "l2_bytes": 4 * 2 ** 20}
+    assert cross_gpu.sheet_outside(inside, sources) == {}      # 20 FLOP/B within 16-20, every edge included
+    beyond = {**inside, "mem_bw": 250e9, "sm_count": 132.0, "l2_bytes": math.nan, "clock_mhz": 9999.0}
+    outside = cross_gpu.sheet_outside(beyond, sources)
+    assert outside == {"mem_bw": [250e9, 400e9, 1000e9], "flop_per_byte": [40.0, 16.0, 20.0],
+                       "sm_count": [132.0, 40.0, 80.0]}         # a missing L2 and the clock are not compared
+    assert cross_gpu.describe_outside(outside) == ("bandwidth 250 GB/s (sources 400-1e+03), FP32 per byte 40 FLOP/B "
+                                                   "(sources 16-20), SMs 132 (sources 40-80)")
 
 
 def test_a_spec_only_target_keeps_each_held_out_gpus_ratio(gpu_ws):
@@ -239,6 +259,7 @@ def test_a_spec_only_target_keeps_each_held_out_gpus_ratio(gpu_ws):
     assert sorted(forward.info["logo_ratio"]) == sorted(SOURCES)
     assert forward.info["logo_ratio"] == pytest.approx(expected)
     assert backward.base.info["logo_ratio"] == pytest.approx(expected)
+    assert backward.base.info["sheet_outside"] == forward.info["sheet_outside"]
     assert max(abs(r - 1) for r in expected.values()) > 0.01      # the GPUs differ from what the others predict
 
 

@@ -90,7 +90,11 @@ def test_the_range_is_stored_printed_and_built_from_the_held_out_ratios(on_l4, c
     low, high = row["range_low_us"] / 1000, row["range_high_us"] / 1000
     text = " ".join(out.split())
     assert f"range {low:.3f}-{high:.3f} ms: l4 is known by its spec sheet only" in text
-    assert "A new GPU drawn like these 3 would fall within their span about 2 times in 4" in text
+    assert "A new GPU drawn like these 3 would fall within their span about 2 times in 4; but its sheet lies " \
+           "outside theirs (FP32 rate 31.3 TFLOP/s (sources 5.7-14), FP32 per byte 104 FLOP/B (sources " \
+           "15.6-29.7), FP32 lanes per SM 128 (sources 64), L2 48 MiB (sources 2-6)), so it is not drawn like " \
+           "them: the range is a guide, not a bound" in text
+    assert detail["sheet_outside"]["flop_per_byte"] == pytest.approx([31334 / 300, 14029 / 900, 5699 / 192])
 
     assert main(["--home", str(on_l4.home), "predict", "--trace-set", "1", "--target-platform", "l4",
                  "--format", "json"]) == 0
