@@ -9,7 +9,7 @@ import typer
 from pmdb import platform as platforms
 from pmdb.cli.common import open_store, render, workspace
 from pmdb.errors import PmdbError
-from pmdb.notes import wrapped
+from pmdb.notes import say, wrapped
 
 
 def cross_gpu(ctx: typer.Context,
@@ -39,7 +39,7 @@ def cross_gpu(ctx: typer.Context,
         platforms.load(store, target, hint=f"register one with `pmdb platform-specs FILE --name {target}`")
         results, notes = fit_for_target(store, workspace(ctx), options)
     for note in notes:
-        typer.echo(f"note: {note}", err=True)
+        say("note", note)
     shown = results.assign(gmae_pct=(100 * results["gmae"].astype(float)).round(2))
     shown["champion"] = shown["champion"].map({True: "*", False: ""})
     render(shown[["name", "version", "family", "test", "gmae_pct", "n_train", "n_test", "seconds", "champion"]]

@@ -72,6 +72,27 @@ def test_traced_shapes_of_a_dlrm_step(traced):
     assert all(c.get("AT", 0) in (0, 1) and c.get("BT", 0) in (0, 1) for c in bmm)
 
 
+def test_a_graph_without_detail_maps_backward_bmm_layouts_as_the_miner_does(traced):
+    """A GPU prediction loads its graph without every nested op; `collect mine-traces` and `--from-traces` load it
+    with them. A bmm's backward node reads its layout from its nested gradient GEMMs, so those are built either way
+    (rule 15): the interaction's backward maps to the same parameters, BT included, with or without detail."""
+    from pmdb.traces.from_store import load_graphs
+    from pmdb.traces.opmap import map_op, needs_nested_ops
+
+    ws, _run_id = traced
+    with Store.open(ws, read_only=True) as store:
+        set_id = int(store.scalar("SELECT max(trace_set_id) FROM trace_sets"))
+        plain, full = (load_graphs(store, set_id, pick="best", detail=d)[0] for d in (False, True))
+
+    def bmm_backwards(graph) -> list:
+        return [map_op(op) for rank in graph.ranks for op in rank.ops if needs_nested_ops(op.name)]
+
+    mapped = bmm_backwards(plain)
+    assert mapped and mapped == bmm_backwards(full)
+    assert any(m.op == "bmm" and m.params.get("BT") == 1.0 for m in mapped)
+    assert not needs_nested_ops("aten::bmm") and needs_nested_ops("autograd::engine::evaluate_function: BmmBackward0")
+
+
 def test_the_transposed_bmm_is_built_transposed_and_measured(traced_copy):
     """`collect ops --from-traces --op bmm` times the interaction's bmm with its second operand stored transposed,
     under its own key (BT = 1), forward and backward: the autograd node's layout is read from the gradient GEMMs

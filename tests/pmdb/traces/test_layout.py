@@ -75,26 +75,3 @@ def test_backward_layout_reads_the_forward_layout_from_the_gradient_gemms():
     assert backward_layout([_gemm(square.transpose(1, 2), g), _gemm(g, square.transpose(1, 2))], 5, 5) == {}
     assert backward_layout([([[256, 64, 7], [256, 7, 7]], None)], 7, 7) == {}   # strides not recorded
 
-
-def test_a_gpu_graph_without_detail_maps_backward_bmm_layouts_as_the_miner_does(workspace, tmp_path_factory):
-    """A GPU prediction loads its graph without every nested op; `collect mine-traces` loads it with them. The bmm
-    backward nodes read their layout from their nested GEMMs, so those are built either way: on the H200 trace
-    (attention's q · k^T, k stored transposed) every backward bmm maps to the same parameters, BT included, and the
-    default in-sample prediction finds their mined rows instead of falling back to a model."""
-    from harness import ingest_gpu_trace
-    from pmdb.store import Store
-    from pmdb.traces.from_store import load_graphs
-    from pmdb.traces.opmap import needs_nested_ops
-
-    with Store.open(workspace) as store:
-        set_id = ingest_gpu_trace(store, "h200_gpt2_large", "nvidia-h200", tmp_path_factory=tmp_path_factory)
-        plain = load_graphs(store, set_id, pick="best", detail=False)[0]
-        full = load_graphs(store, set_id, pick="best", detail=True)[0]
-
-    def bmm_backwards(graph):
-        return [map_op(op) for rank in graph.ranks for op in rank.ops if needs_nested_ops(op.name)]
-
-    mapped = bmm_backwards(plain)
-    assert mapped == bmm_backwards(full) and len(mapped) == 2 * 36        # two bmm per layer, 36 layers
-    assert sum(m.params.get("BT") == 1.0 for m in mapped) == 36 and all(m.op == "bmm" for m in mapped)
-    assert not needs_nested_ops("aten::bmm") and needs_nested_ops("autograd::engine::evaluate_function: BmmBackward0")
