@@ -32,9 +32,9 @@ def cross_gpu(ctx: typer.Context,
 
     if op is not None and not all(o.strip() for o in op):
         raise PmdbError("--op needs an op name")
-    say = (lambda message: typer.echo(f"cross-gpu: {message}", err=True)) if progress else None
+    report = (lambda message: typer.echo(f"cross-gpu: {message}", err=True)) if progress else None
     options = CrossGpuOptions(target=target, ops=list(op) if op else None, sources=list(source) if source else None,
-                              seed=seed, max_rows_per_gpu=max_rows, logo=logo, progress=say)
+                              seed=seed, max_rows_per_gpu=max_rows, logo=logo, progress=report)
     with open_store(ctx) as store:
         platforms.load(store, target, hint=f"register one with `pmdb platform-specs FILE --name {target}`")
         results, notes = fit_for_target(store, workspace(ctx), options)
