@@ -62,23 +62,26 @@ class SpecRange:
         return out
 
 
-def ratios_of(model: Any) -> dict[str, float] | None:
-    """The held-out GPUs' measured over predicted ratios a model (or the forward model it wraps) was stored with."""
+def _stored(model: Any, key: str) -> Any:
+    """``info[key]`` of a cross-GPU model, or of the forward model a backward version wraps (None when absent)."""
     for candidate in (model, getattr(model, "base", None)):
         info = getattr(candidate, "info", None)
-        if isinstance(info, dict) and info.get("logo_ratio"):
-            return {str(g): float(r) for g, r in info["logo_ratio"].items()}
+        if isinstance(info, dict) and info.get(key):
+            return info[key]
     return None
+
+
+def ratios_of(model: Any) -> dict[str, float] | None:
+    """The held-out GPUs' measured over predicted ratios a model (or the forward model it wraps) was stored with."""
+    stored = _stored(model, "logo_ratio")
+    return None if stored is None else {str(g): float(r) for g, r in stored.items()}
 
 
 def outside_of(model: Any) -> dict[str, list[float]]:
     """The figures of the target's sheet outside its sources' span a cross-GPU model was stored with
     (:func:`fitters.cross_gpu.sheet_outside`; {} when none, or when fitted before they were stored)."""
-    for candidate in (model, getattr(model, "base", None)):
-        info = getattr(candidate, "info", None)
-        if isinstance(info, dict) and info.get("sheet_outside"):
-            return {str(k): [float(x) for x in v] for k, v in info["sheet_outside"].items()}
-    return {}
+    stored = _stored(model, "sheet_outside")
+    return {} if stored is None else {str(k): [float(x) for x in v] for k, v in stored.items()}
 
 
 def factors(models: ModelSet, priced_by: Mapping[int, str]) -> dict[str, dict[int, float]]:
@@ -102,7 +105,8 @@ def factors(models: ModelSet, priced_by: Mapping[int, str]) -> dict[str, dict[in
 def spec_range(models: ModelSet, priced_by: Mapping[int, str], times_us: Mapping[int, float],
                step_of: Callable[[dict[int, float]], float]) -> SpecRange | None:
     """The range of one priced graph: ``times_us`` its ops' device times (id(op) -> µs), ``step_of`` the steady
-    step (µs) of its programs rebuilt with those factors; None when no op has ratios."""
+    step (µs) of its programs rebuilt with those factors; None when no op has ratios. It carries the target sheet's
+    figures beyond its sources' span where its cross-GPU versions were stored with them."""
     per_gpu = factors(models, priced_by)
     if not per_gpu:
         return None

@@ -396,7 +396,8 @@ def _backward(op: Op) -> Mapped | object | None:
         k = _reduced_dim(op, "bmm", grad[-2], grad[-1]) if len(grad) >= 2 else None
         if not k:
             return None
-        layout = backward_layout(_nested_gemms(op, "aten::bmm"), grad[-2], grad[-1])   # needs_nested_ops
+        # its nested GEMMs are there with or without detail (needs_nested_ops)
+        layout = backward_layout(_nested_gemms(op, "aten::bmm"), grad[-2], grad[-1])
         return Mapped("bmm", "bwd", {**_gemm(grad[-2], grad[-1], k, _numel(grad[:-2])), **layout})
     if base in ("Convolution", "CudnnConvolution", "MkldnnConvolution"):
         shapes = _tensors(_child(op, ("convolution_backward",)) or [])
