@@ -36,16 +36,21 @@ TREES = {"loss": "squared_error", "learning_rate": 0.05, "max_leaf_nodes": 63, "
          "early_stopping": True, "validation_fraction": 0.15, "n_iter_no_change": 50, "min_samples_leaf": 5}
 
 
-def device_times(folder: Path) -> tuple[pd.DataFrame, np.ndarray]:
-    """The conv table of one GPU folder and its device times (µs), the floor taken as pmdb's import takes it."""
+def table_device_times(folder: Path, names: tuple[str, ...]) -> dict[str, tuple[pd.DataFrame, np.ndarray]]:
+    """The tables ``names`` (e.g. 'conv') of one GPU folder that it holds, each with its device times (µs), the floor
+    taken as pmdb's import takes it (over every table of the folder: :func:`import_floors`)."""
     from collectors.importers.launch_floor import import_floors
 
-    files = sorted(folder.glob("*.csv.gz"))
-    frames = {f.name: pd.read_csv(f) for f in files}
-    tables = [frame["Latency"].to_numpy(dtype=float) * 1000.0 for frame in frames.values()]
-    floors = dict(zip(frames, import_floors(tables)))
-    conv = frames["conv.csv.gz"]
-    return conv, floors["conv.csv.gz"].device_us(conv["Latency"].to_numpy(dtype=float) * 1000.0)
+    frames = {f.name: pd.read_csv(f) for f in sorted(folder.glob("*.csv.gz"))}
+    floors = dict(zip(frames, import_floors([f["Latency"].to_numpy(dtype=float) * 1000.0
+                                             for f in frames.values()])))
+    return {name: (frames[file], floors[file].device_us(frames[file]["Latency"].to_numpy(dtype=float) * 1000.0))
+            for name in names if (file := f"{name}.csv.gz") in frames}
+
+
+def device_times(folder: Path) -> tuple[pd.DataFrame, np.ndarray]:
+    """The conv table of one GPU folder and its device times (µs)."""
+    return table_device_times(folder, ("conv",))["conv"]
 
 
 def features(conv: pd.DataFrame) -> np.ndarray:

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from conv_kernel_choice import gmae  # noqa: E402
+from conv_kernel_choice import gmae, table_device_times  # noqa: E402
 from pmdb_commands import host_line, neusight_gpus  # noqa: E402
 
 GPUS = {"p4": "Tesla_P4", "t4": "Tesla_T4", "p100": "Tesla_P100-PCIE-16GB", "v100": "Tesla_V100-PCIE-32GB",
@@ -48,8 +48,6 @@ MIN_DIM = 512                # every GEMM dimension at least this (the GPU is fu
 EDGES_MS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1000.0)   # kernel duration bins (ms of device time)
 MIN_ROWS = 5                 # a bin with fewer rows is shown as '-'
 SHORT_MS, LONG_MS = (1.0, 3.0), (30.0, 1000.0)   # the 'held' ratio: long kernels' share over short ones'
-PLATFORMS = {"p4": "tesla-p4", "t4": "tesla-t4", "p100": "tesla-p100-pcie-16gb", "v100": "tesla-v100-pcie-32gb",
-             "a100": "nvidia-a100-pcie-40gb"}
 LOGO_OPS = ("fully_connected", "bmm", "softmax", "layer_norm", "add")
 LOGO_ROWS = 3000             # rows per GPU and op, a seeded sample (pmdb fit cross-gpu --max-rows 3000)
 NARROW = {"output <= 64, reduction >= 512": lambda p: (p["N"] <= 64) & (p["K"] >= 512),
@@ -59,18 +57,7 @@ NARROW = {"output <= 64, reduction >= 512": lambda p: (p["N"] <= 64) & (p["K"] >
 
 def device_times(folder: Path) -> dict[str, tuple[pd.DataFrame, np.ndarray]]:
     """The GEMM tables of one GPU folder with their device times (µs), the floor taken as pmdb's import takes it."""
-    from collectors.importers.launch_floor import import_floors
-
-    frames = {f.name: pd.read_csv(f) for f in sorted(folder.glob("*.csv.gz"))}
-    floors = dict(zip(frames, import_floors([f["Latency"].to_numpy(dtype=float) * 1000.0
-                                             for f in frames.values()])))
-    out = {}
-    for table in TABLES:
-        name = f"{table}.csv.gz"
-        if name in frames:
-            frame = frames[name]
-            out[table] = (frame, floors[name].device_us(frame["Latency"].to_numpy(dtype=float) * 1000.0))
-    return out
+    return table_device_times(folder, TABLES)
 
 
 def utilisation(table: str, frame: pd.DataFrame, device_us: np.ndarray, fp32_gflops: float
@@ -121,40 +108,32 @@ def narrow_ratios(params: pd.DataFrame, predicted: np.ndarray, measured: np.ndar
 
 
 def held_out(home: Path, neusight: Path, gpus: list[str], seed: int, log) -> dict[str, dict]:
-    """Tables and sheets of ``gpus`` imported into the empty workspace ``home``; per op of :data:`LOGO_OPS`, each
-    GPU left out: {op: {gpu: (params, predicted µs, measured µs)}}."""
+    """Tables and sheets of ``gpus`` imported into the empty workspace ``home`` (as gpu_kernel_accuracy does, platform
+    names p4, t4, ...); per op of :data:`LOGO_OPS`, each GPU left out: {op: {gpu: (params, predicted µs, measured
+    µs)}} (:func:`fitters.cross_gpu.leave_one_gpu_out`)."""
     from fitters import cross_gpu
+    from gpu_kernel_accuracy import import_all
     from pmdb.config import Workspace
     from pmdb.store import Store
-    from gpu_kernel_accuracy import pmdb
 
-    pmdb(home, "init")
-    for gpu in gpus:
-        log(f"importing {gpu}")
-        pmdb(home, "platform-specs", neusight / "device_configs" / f"{GPUS[gpu]}.json", "--name", PLATFORMS[gpu])
-        pmdb(home, "collect", "import-ops", neusight / GPUS[gpu], "--format", "neusight", "--platform",
-             PLATFORMS[gpu])
+    log(f"importing {', '.join(gpus)}")
+    import_all(home, neusight, gpus)
     out: dict[str, dict] = {}
     with Store.open(Workspace(home), read_only=True) as store:
         for op in LOGO_OPS:
             log(f"{op}: leave-one-GPU-out")
             data = cross_gpu.load_data(store, op).sample(LOGO_ROWS, seed)
-            per_gpu = {}
-            for platform in sorted(set(data.gpu)):
-                train, test = np.flatnonzero(data.gpu != platform), np.flatnonzero(data.gpu == platform)
-                model = cross_gpu.fit(data.subset(train), seed)
-                rows = data.subset(test)
-                per_gpu[platform] = (rows.params, model.predict(rows.with_specs()), rows.times_us)
-            out[op] = per_gpu
+            held: dict = {}
+            cross_gpu.leave_one_gpu_out(data, seed, predictions=held)
+            out[op] = {gpu: (data.params[data.gpu == gpu].reset_index(drop=True), *held[gpu]) for gpu in held}
     return out
 
 
 def _logo_lines(found: dict[str, dict]) -> list[str]:
-    names = {v: k for k, v in PLATFORMS.items()}
-    gpus = sorted({g for per_gpu in found.values() for g in per_gpu}, key=lambda g: list(PLATFORMS.values()).index(g))
+    gpus = sorted({g for per_gpu in found.values() for g in per_gpu}, key=list(GPUS).index)
     lines = ["", "## (b) Level or shape: leave-one-GPU-out GMAE % as it is / with the held-out GPU's own level "
              "taken out (level: measured over predicted, geometric mean)", "",
-             "| op | " + " | ".join(names[g] for g in gpus) + " |", "|---|" + "---|" * len(gpus)]
+             "| op | " + " | ".join(gpus) + " |", "|---|" + "---|" * len(gpus)]
     for op, per_gpu in found.items():
         cells = []
         for gpu in gpus:
@@ -166,7 +145,7 @@ def _logo_lines(found: dict[str, dict]) -> list[str]:
         lines.append(f"| {op} | " + " | ".join(cells) + " |")
     if "bmm" in found:
         lines += ["", "## (c) Narrow GEMMs: held-out bmm, median predicted / measured (rows)", "",
-                  "| shape class | " + " | ".join(names[g] for g in gpus) + " |", "|---|" + "---|" * len(gpus)]
+                  "| shape class | " + " | ".join(gpus) + " |", "|---|" + "---|" * len(gpus)]
         ratios = {g: narrow_ratios(*found["bmm"][g]) for g in gpus if g in found["bmm"]}
         for name in NARROW:
             cells = [f"{ratios[g][name][0]:.2f} ({ratios[g][name][1]})" if g in ratios else "-" for g in gpus]
@@ -198,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             cells = [f"{s:.2f} ({n})" if np.isfinite(s) else "-" for s, n in by_duration(share, ms)]
             ratio = held(share, ms)
             rows.append(f"| {gpu} | {table} | {sheet['SingleFLOPs']} | {' | '.join(cells)} | "
-                        f"{ratio:.2f} |" if np.isfinite(ratio) else
-                        f"| {gpu} | {table} | {sheet['SingleFLOPs']} | {' | '.join(cells)} | - |")
+                        f"{f'{ratio:.2f}' if np.isfinite(ratio) else '-'} |")
     logo: list[str] = []
     if not args.skip_logo:
         import tempfile

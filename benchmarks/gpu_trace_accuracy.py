@@ -226,14 +226,11 @@ def cross_gpu_per_shape(home: Path) -> list[dict]:
     from pmdb.store import Store
 
     workspace = Workspace(home)
-    store = Store.open(workspace, read_only=True)
-    try:
+    with Store.open(workspace, read_only=True) as store:
         rows = store.query("SELECT op, pass, config_key, CAST(params AS VARCHAR) AS params, median_us "
                            "FROM v_op_measurements WHERE platform = ? AND source = 'trace'", [H200])
         versions = store.query("SELECT name, max(version) AS version FROM model_versions WHERE platform = ? "
                                "AND family IN ('cross_gpu', 'gemm_shapes') GROUP BY name", [H200])
-    finally:
-        store.close()
     by_name = dict(zip(versions["name"], versions["version"]))
     out: list[dict] = []
     for (op, pass_), group in rows.groupby(["op", "pass"], sort=True):

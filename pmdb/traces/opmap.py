@@ -341,9 +341,12 @@ def needs_nested_ops(name: str) -> bool:
     operands' layout comes from the gradient GEMMs it ran (:func:`pmdb.traces.layout.backward_layout`). A graph
     loaded without detail still builds these (:func:`pmdb.traces.from_store.load_graphs`), so a GPU prediction prices
     the layout that `pmdb collect mine-traces` (which loads with detail) recorded for the same op."""
-    if not name.startswith(BACKWARD_PREFIX):
-        return False
-    return re.sub(r"Backward\d*$", "", name[len(BACKWARD_PREFIX):]) in NESTED_LAYOUT_NODES
+    return name.startswith(BACKWARD_PREFIX) and _node_base(name[len(BACKWARD_PREFIX):]) in NESTED_LAYOUT_NODES
+
+
+def _node_base(node: str) -> str:
+    """An autograd node's name without its Backward suffix: 'BmmBackward0' -> 'Bmm'."""
+    return re.sub(r"Backward\d*$", "", node)
 
 
 def _nested_gemms(op: Op, name: str) -> list[tuple[list[Any], Any]]:
@@ -386,7 +389,7 @@ def _backward(op: Op) -> Mapped | object | None:
     grad = _grad(op)
     if grad is None:
         return None
-    base = re.sub(r"Backward\d*$", "", node)
+    base = _node_base(node)
     if base in ("Addmm", "Mm", "Linear", "Bmm", "Baddbmm") and (single := _single_gemm(op, base)) is not None:
         return single
     if base in ("Addmm", "Mm", "Linear"):
