@@ -328,6 +328,19 @@ NOTES = [
 
 
 HISTORY = [
+    "2026-11-30 20:40-21:35 (AMD EPYC, 2 cores, L3 32 MiB; the tables of the five GPUs, 3000 rows each, seed 0), "
+    "tried and NOT adopted, leave-one-GPU-out device-time GMAE % (p4 / p100 / t4 / v100 / a100 and mean) against "
+    "the trees of feature set 2 (fully_connected 21.8 / 14.8 / 21.3 / 24.2 / 9.6, mean 18.3; layer_norm mean 12.6): "
+    "(1) NeuSight's smooth form, utilisation u = g - a·g / waves with g, a from a 2x64 GELU MLP (torch, Adam, "
+    "4000 steps, squared error of ln time) over the tile's FLOPs and bytes at the SM's share of the sheet, waves, "
+    "fill, tiles per SM, the wave's bytes over L2, the roofline over the floor and the op's sizes: fully_connected "
+    "30.5 / 26.9 / 20.3 / 56.0 / 26.2 (32.0), layer_norm 23.4 mean; without the floor and sizes 41.8; the same "
+    "MLP predicting ln(t / roofline) freely 37.3 and 25.6: a smooth net over GPU-relative inputs transfers worse "
+    "than the trees here, worst on the V100 and A100; (2) the H200 trace's mined kernels (forward device times, 5 "
+    "linear, 2 bmm, 1 layer norm, 1 softmax shapes; 108-435 rows) as a sixth source: mean fully_connected 18.3 -> "
+    "18.4, bmm 18.8 -> 18.9, layer_norm 12.6 -> 12.0, softmax 12.8 -> 14.5, add 10.3 -> 8.3, mul 10.5 -> 11.0, "
+    "tanh 16.7 -> 14.4, pow 15.4 -> 14.2: no family gains on GEMMs, and the benchmark keeps the five tables "
+    "(`pmdb fit cross-gpu` takes every GPU with specs and device rows, so a store holding the H200 trace uses it).",
     "2026-11-30 19:35-19:45 (AMD EPYC, 2 cores, L3 32 MiB; `--logo-only`, 45 s each), tried and NOT adopted: the "
     "cross-GPU trees trained only on rows whose kernel showed (a hidden kernel's device time is a bound, 0.44 F of "
     "the table's host), never priced under 2 us. Mean over the five GPUs, rows that surely showed / single-call "
