@@ -45,6 +45,22 @@ def phase_programs(graph: TraceGraph, programs: list[list[TimedOp]]) -> dict[str
     return out
 
 
+def fit_hint(store: Store, platform: str) -> str:
+    """How to give ``platform`` kernel models: from its own measurements (``pmdb fit --platform``), or, for a GPU
+    known only by its spec sheet, from the kernel tables of other GPUs (``pmdb fit cross-gpu --target``)."""
+    own = store.scalar("SELECT count(*) FROM v_op_measurements WHERE platform = ?", [platform])
+    sheet = store.scalar("SELECT count(*) FROM gpu_specs WHERE platform = ?", [platform])
+    if own or not sheet:
+        return f"fit models with `pmdb fit --platform {platform}`"
+    sources = store.scalar("SELECT count(DISTINCT m.platform) FROM v_op_measurements m JOIN gpu_specs s "
+                           "USING (platform) WHERE m.cache_state = 'device' AND m.platform <> ?", [platform])
+    if sources >= 2:
+        return (f"it has a spec sheet and no measurements: fit cross-GPU models from the {sources} other GPUs with "
+                f"kernel timings with `pmdb fit cross-gpu --target {platform}`")
+    return (f"it has a spec sheet and no measurements: import the kernel tables of two or more other GPUs "
+            f"(`pmdb collect import-ops`) and fit cross-GPU models with `pmdb fit cross-gpu --target {platform}`")
+
+
 @dataclass
 class Simulated:
     """One graph simulated in model mode."""
@@ -82,6 +98,7 @@ class PredictionSession:
         self.measured = ShapeMedians.load(store, self.platform.name) if kernels == MEASURED else None
         self.models.selection = self.models.selection.measuring(
             kernels, None if self.measured is None else self.measured.upto)
+        self.fit_hint = fit_hint(store, self.platform.name)
         self.overheads_platform = self.platform.name
         self.default_lender = None
         if overheads_from is None and overhead_version is None:
@@ -120,7 +137,7 @@ class PredictionSession:
         if self.models.kernels:
             return None
         return (f"platform {self.platform.name} has no fitted kernel models: ops are priced by the roofline of its "
-                f"peaks or keep their traced times; fit models with `pmdb fit --platform {self.platform.name}`")
+                f"peaks or keep their traced times; {self.fit_hint}")
 
     @property
     def detail(self) -> bool:

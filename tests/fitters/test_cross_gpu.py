@@ -326,3 +326,16 @@ def test_gemms_beyond_the_trained_rows_scale_by_waves(gpu_template, tmp_path):
     assert loaded.row_limit == top
     old = bound.config() | {"row_limit": None}                     # a version saved before: trees as they are
     assert cross_gpu.CrossGpuModel.from_saved(old, tmp_path / "m").row_limit is None
+
+
+def test_a_spec_only_gpu_without_models_is_pointed_at_fit_cross_gpu(gpu_template):
+    """The note of a prediction on a GPU without kernel models names the command that gives it some: cross-GPU models
+    for a sheet-only GPU (with how many GPUs they would learn from), `pmdb fit --platform` where the platform has
+    rows of its own."""
+    from simulator.session import fit_hint
+
+    with Store.open(gpu_template, read_only=True) as store:
+        assert fit_hint(store, "l4") == ("it has a spec sheet and no measurements: fit cross-GPU models from the 3 "
+                                         "other GPUs with kernel timings with `pmdb fit cross-gpu --target l4`")
+        assert fit_hint(store, "nosheet") == "fit models with `pmdb fit --platform nosheet`"
+        assert fit_hint(store, "v100") == "fit models with `pmdb fit --platform v100`"
