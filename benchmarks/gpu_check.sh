@@ -34,10 +34,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true PYTHONUNBUFFERED=1 COLUMNS=100
-if [ -n "${PMDB_PYTHON:-}" ]; then PY=$PMDB_PYTHON
-elif [ -x "$REPO/.venv/bin/python" ] && "$REPO/.venv/bin/python" -c "import duckdb" 2>/dev/null; then PY=$REPO/.venv/bin/python
-else PY=python3
-fi
+# shellcheck source=benchmarks/gpu_env.sh
+. "$REPO/benchmarks/gpu_env.sh" || exit 2
 WS=${WS:-$(mktemp -d /tmp/pmdb-gpu-check.XXXXXX)/ws}
 WORK=$(dirname "$WS")
 STEPS=$WORK/steps.log
@@ -63,15 +61,7 @@ skip() { echo "== $1: skipped ($2)"; echo "$1 skip 0 $2" >>"$STEPS"; }
 pmdb() { "$PY" -m pmdb --home "$WS" "$@"; }
 
 # 0. What pmdb needs that this Python lacks comes from the carried wheels (never from the network).
-if ! "$PY" -c "import duckdb, pmdb.migrations" 2>/dev/null; then
-    if [ ! -d "$REPO/.gpu-wheels" ]; then
-        echo "gpu_check.sh: duckdb or pmdb is missing and .gpu-wheels/ is not here: run benchmarks/gpu_wheels.sh" \
-             "on a machine with PyPI first" >&2
-        exit 2
-    fi
-    step install-wheels "$PY" -m pip install -q --no-index --no-deps --no-cache-dir "$REPO"/.gpu-wheels/*.whl
-    step install-pmdb "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir -e "$REPO"
-fi
+gpu_env_python step || exit 2
 HAVE_MLFLOW=1
 "$PY" -c "import mlflow, sqlalchemy, alembic" 2>/dev/null || HAVE_MLFLOW=0
 if [ "$MODE" = cuda ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then

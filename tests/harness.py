@@ -148,8 +148,11 @@ def load_benchmark(name: str):
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    import sys
+
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module   # dataclasses resolve their string annotations through it
     spec.loader.exec_module(module)
     return module
 
