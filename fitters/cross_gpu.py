@@ -468,6 +468,7 @@ class CrossGpuOptions:
     seed: int = 0
     max_rows_per_gpu: int | None = None   # subsample each source GPU's rows (seeded) to bound the fit time
     logo: bool = True                 # score a spec-only target by leave-one-GPU-out over the sources
+    promote: bool = False             # make this fit's versions the champions even where a name has one
     progress: Callable[[str], None] | None = None
 
 
@@ -522,7 +523,9 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
     Test metrics: the target's own rows when it has tables (never trained on), else the leave-one-GPU-out metrics
     over the sources, each held-out GPU counted once (a GPU the model never saw, as the target is).
     ``champion`` moves to a new version only where the model name has no champion yet (a target with its own
-    fitted models keeps them; `pmdb models promote` chooses otherwise). Returns (one row per version, notes)."""
+    fitted models keeps them, and an earlier cross-GPU fit's champions stay: their leave-one-GPU-out metrics were taken
+    over other sources, so the two cannot be ranked), unless ``promote``; one note names what kept its champion.
+    Returns (one row per version, notes)."""
     from fitters.evaluate import data_hash, error_histogram
     from fitters.registry import Registry, VersionRecord, kernel_model_name
 
@@ -540,20 +543,22 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
     args = {"target": options.target, "ops": ops, "sources": sources, "seed": options.seed,
             "max_rows_per_gpu": options.max_rows_per_gpu}
 
+    kept: list[str] = []   # names whose earlier champion stays
+
     def register(record: VersionRecord, model: Model, split: dict[str, Any], started: float, test: str) -> None:
         record.fit_seconds = round(time.monotonic() - started, 3)
         version = registry.log_version(store, run.run_id, record, model, [], split)
         has_champion = store.scalar("SELECT count(*) FROM model_aliases WHERE name = ? AND alias = 'champion'",
                                     [record.name])
-        if not has_champion:
+        promoted = options.promote or not has_champion
+        if promoted:
             registry.set_champion(store, record.name, version)
         else:
-            notes.append(f"{record.name} keeps its champion (version {version} registered; `pmdb models promote` "
-                         f"to use it)")
+            kept.append(record.name)
         results.append({"name": record.name, "version": version, "family": record.family, "op": record.op,
                         "pass": record.pass_, "test": test, "gmae": record.metrics.get("gmae"),
                         "n_train": record.n_train, "n_test": record.n_test,
-                        "seconds": round(time.monotonic() - started, 1), "champion": not has_champion})
+                        "seconds": round(time.monotonic() - started, 1), "champion": promoted})
 
     command = f"pmdb fit cross-gpu --target {options.target}" + "".join(f" --op {o}" for o in options.ops or []) \
         + "".join(f" --source {g}" for g in sources)
@@ -613,11 +618,21 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
                          {"test": "none: no backward timings (priced as the forward GEMMs of the cross-GPU model)",
                           "base": f"{record.name} (cross_gpu)", "id_column": "measurement_id"},
                          time.monotonic(), "none")
+        if kept:
+            notes.append(kept_note(kept, options.target))
         run.summary = {"versions": len(results), "sources": sources, "notes": notes}
     frame = pd.DataFrame(results)
     frame.attrs["sources"] = sources
     frame.attrs["logo_ratio_spread"] = spreads
     return frame, notes
+
+
+def kept_note(kept: list[str], target: str, shown: int = 2) -> str:
+    """One line for the versions registered beside a champion their name already had (``kept``: model names)."""
+    names = ", ".join(kept[:shown]) + (f" and {len(kept) - shown} more" if len(kept) > shown else "")
+    return (f"{len(kept)} version(s) registered beside the champion their name already has ({names}), which "
+            f"predictions keep using: `pmdb fit cross-gpu --target {target} --promote` makes a fit's versions the "
+            f"champions, `pmdb models promote` one name at a time")
 
 
 def sheet_outside(target: dict[str, float], sources: list[dict[str, float]]) -> dict[str, list[float]]:

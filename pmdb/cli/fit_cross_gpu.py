@@ -25,6 +25,8 @@ def cross_gpu(ctx: typer.Context,
               logo: bool = typer.Option(True, "--logo/--no-logo", help="Score a target without tables of its own by "
                                         "leave-one-GPU-out over the sources (one more fit per source and op)."),
               seed: int = typer.Option(0, "--seed", help="Seed of the sample and the boosted trees."),
+              promote: bool = typer.Option(False, "--promote", help="Make this fit's versions the champions, also "
+                                           "where a name has one (an earlier fit's, or the target's own)."),
               progress: bool = typer.Option(True, "--progress/--no-progress", help="Print what is being fitted.")
               ) -> None:
     """Register cross-GPU kernel models on a GPU known only by its spec sheet (see HELP)."""
@@ -34,7 +36,8 @@ def cross_gpu(ctx: typer.Context,
         raise PmdbError("--op needs an op name")
     report = (lambda message: typer.echo(f"cross-gpu: {message}", err=True)) if progress else None
     options = CrossGpuOptions(target=target, ops=list(op) if op else None, sources=list(source) if source else None,
-                              seed=seed, max_rows_per_gpu=max_rows, logo=logo, progress=report)
+                              seed=seed, max_rows_per_gpu=max_rows, logo=logo, progress=report,
+                              promote=promote)
     with open_store(ctx) as store:
         platforms.load(store, target, hint=f"register one with `pmdb platform-specs FILE --name {target}`")
         results, notes = fit_for_target(store, workspace(ctx), options)
@@ -59,7 +62,8 @@ HELP = ("Fit cross-GPU kernel models (utilisation under the wave roofline, after
         "One version per op (family cross_gpu, bound to the target's specs), plus backward versions of "
         "fully_connected and bmm (family gemm_shapes: the backward GEMMs priced by the forward model). Test metrics: "
         "the target's own rows when it has tables, else the mean leave-one-GPU-out error over the sources. "
-        "`champion` is set where the model name has none (a target's own `pmdb fit` champions are kept).\n\n"
+        "`champion` is set where the model name has none (a target's own `pmdb fit` champions and an earlier fit's "
+        "are kept; --promote replaces them).\n\n"
         "Example: pmdb platform-specs NVIDIA_L4.json --name l4, then pmdb fit cross-gpu --target l4")
 
 

@@ -339,3 +339,25 @@ def test_a_spec_only_gpu_without_models_is_pointed_at_fit_cross_gpu(gpu_template
                                          "other GPUs with kernel timings with `pmdb fit cross-gpu --target l4`")
         assert fit_hint(store, "nosheet") == "fit models with `pmdb fit --platform nosheet`"
         assert fit_hint(store, "v100") == "fit models with `pmdb fit --platform v100`"
+
+
+def test_a_second_fit_keeps_the_champions_unless_promoted(gpu_ws):
+    """Fitting a spec-only target again registers new versions beside the champions (their leave-one-GPU-out metrics
+    come from other sources, so they are not ranked), says so in one note, and --promote moves the champions."""
+    def champion() -> int:
+        with Store.open(gpu_ws, read_only=True) as store:
+            return store.scalar("SELECT version FROM model_aliases WHERE name = 'add.fwd.device~l4' "
+                                "AND alias = 'champion'")
+
+    args = ("fit", "cross-gpu", "--target", "l4", "--op", "add", "--no-logo", "--no-progress", "--max-rows", "60")
+    assert cli(gpu_ws.home, *args)[0] == 0 and champion() == 1
+    code, out, err = cli(gpu_ws.home, *args, "--source", "p4", "--source", "t4")
+    assert code == 0, err
+    assert champion() == 1
+    said = " ".join(err.split())
+    assert said.count("registered beside the champion") == 1
+    assert ("1 version(s) registered beside the champion their name already has (add.fwd.device~l4), which "
+            "predictions keep using: `pmdb fit cross-gpu --target l4 --promote`") in said
+    code, out, err = cli(gpu_ws.home, *args, "--promote")
+    assert code == 0, err
+    assert champion() == 3 and "registered beside" not in err
