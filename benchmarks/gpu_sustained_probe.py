@@ -38,7 +38,9 @@ import torch
 SINGLE_REPS, SINGLE_KEPT = 25, 5        # NeuSight's collector: 25 calls, the mean of the 5 fastest
 B2B_CALLS, B2B_ROUNDS = 50, 3
 WINDOW_S = 0.1                          # sustained phase: one timing window (s)
-SMI_FIELDS = "clocks.sm,power.draw,clocks_throttle_reasons.active"
+# nvidia-smi fields, the fullest first: newer drivers name the throttle reasons clocks_event_reasons
+SMI_FIELDS = ("clocks.sm,power.draw,clocks_throttle_reasons.active", "clocks.sm,power.draw,clocks_event_reasons.active",
+              "clocks.sm,power.draw")
 # (name, kind, sizes): GEMMs as x[M,K] @ W[N,K]^T (F.linear), element-wise / layer norm over [M, N]
 CUDA_SHAPES = (("gpt2_large qkv", "linear", (1024, 1280, 3840)),
                ("gpt2_large mlp up", "linear", (1024, 1280, 5120)),
@@ -63,19 +65,24 @@ class Sampler:
     _proc: subprocess.Popen | None = None
 
     def start(self) -> "Sampler":
+        """Start sampling with the first field list this nvidia-smi answers (none: no samples, NaN medians)."""
         if shutil.which("nvidia-smi") is None:
             return self
-        self._proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits",
-                                       "-lms", "100", "-i", "0"], stdout=subprocess.PIPE, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
+        for fields in SMI_FIELDS:
+            query = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "0"]
+            if subprocess.run(query, capture_output=True, timeout=30).returncode == 0:
+                self._proc = subprocess.Popen(query + ["-lms", "100"], stdout=subprocess.PIPE, text=True)
+                threading.Thread(target=self._read, daemon=True).start()
+                break
         return self
 
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
         for line in self._proc.stdout:
             parts = [p.strip() for p in line.split(",")]
-            if len(parts) == 3:
-                self.rows.append((time.perf_counter(), _number(parts[0]), _number(parts[1]), parts[2]))
+            if len(parts) in (2, 3):
+                reasons = parts[2] if len(parts) == 3 else ""
+                self.rows.append((time.perf_counter(), _number(parts[0]), _number(parts[1]), reasons))
 
     def stop(self) -> None:
         if self._proc is not None:

@@ -63,6 +63,18 @@ def test_probe_runs_its_phases_and_writes_the_csv(tmp_path):
     assert probe.main(["--device", "cpu", "--seconds", "0", "--out", str(tmp_path)]) == 2
 
 
+def test_clock_samples_are_summarised_per_phase():
+    """The medians of the nvidia-smi samples inside a phase's window, and the throttle reasons seen most there."""
+    probe = load_benchmark("gpu_sustained_probe")
+    sampler = probe.Sampler()
+    sampler.rows += [(0.5, 1980.0, 90.0, "0x0"), (1.5, 1980.0, 600.0, "0x0"), (1.6, 1755.0, 700.0, "0x4"),
+                     (1.7, 1740.0, 700.0, "0x4"), (9.0, 1000.0, 50.0, "0x1")]
+    assert sampler.between(1.0, 2.0) == (1755.0, 700.0, "0x4")
+    assert sampler.between(0.0, 1.0) == (1980.0, 90.0, "0x0")
+    clock, power, reasons = sampler.between(3.0, 4.0)
+    assert clock != clock and power != power and reasons == ""   # no samples: NaN
+
+
 def test_the_export_imports_as_the_gpus_device_rows(workspace, tmp_path, capsys):
     export = load_benchmark("gpu_table_export")
     with Store.open(workspace) as store:
