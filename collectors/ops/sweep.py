@@ -171,7 +171,8 @@ def plan(store: Store, platform: str, options: SweepOptions, device: torch.devic
     """Items still to measure and how many configs were already measured (skipped for resume): rows of completed
     runs and of the run ``run_id`` itself (rows it adopted from interrupted runs).
 
-    On a CPU the items run largest memory first. With mmap on (a user's MALLOC_MMAP_MAX_; pmdb's default is off)
+    On a GPU with a time budget the ops take turns (:func:`interleaved`). On a CPU the items run largest memory
+    first. With mmap on (a user's MALLOC_MMAP_MAX_; pmdb's default is off)
     glibc serves a request above its mmap threshold (32 MiB) from a free heap chunk when one is big enough, without
     page faults; small configs freed earlier coalesce into such chunks, so a big allocating op (Adam's sqrt of a
     51 MB parameter) measured 5x faster after them than in a fresh process. Largest first, every big allocation
@@ -212,7 +213,22 @@ def plan(store: Store, platform: str, options: SweepOptions, device: torch.devic
                     resumed += 1
     if device.type == "cpu":
         items.sort(key=lambda item: -item.spec.memory(item.config))  # stable: the plan's order among equals
+    elif options.budget_s is not None:
+        items = interleaved(items)   # a budget then cuts every op's last configs, not the last ops whole
     return items, resumed
+
+
+def interleaved(items: list[Item]) -> list[Item]:
+    """``items`` taken one op at a time in turn (each op's own order kept): the first configs of every op come
+    before the later ones of any."""
+    per_op: dict[str, list[Item]] = {}
+    for item in items:
+        per_op.setdefault(item.spec.name, []).append(item)
+    queues = list(per_op.values())
+    out: list[Item] = []
+    for depth in range(max((len(q) for q in queues), default=0)):
+        out += [q[depth] for q in queues if depth < len(q)]
+    return out
 
 
 def adopt_interrupted(store: Store, run_id: str, platform: str, options: SweepOptions,

@@ -47,7 +47,9 @@ def ops(ctx: typer.Context,
                                                    "batches."),
         budget_minutes: Optional[float] = typer.Option(None, "--budget-minutes",
                                                        help="Stop cleanly after this many minutes (the run "
-                                                            "completes; its summary says stopped: budget)."),
+                                                            "completes; its summary says stopped: budget). On a "
+                                                            "GPU the ops take turns, so each gets its first "
+                                                            "configs."),
         force: bool = typer.Option(False, "--force", help="Measure configs again even if this platform has them."),
         platform: Optional[str] = typer.Option(None, "--platform", help=_PLATFORM_HELP),
         new_platform: bool = typer.Option(False, "--create-platform", help=_NEW_HELP),

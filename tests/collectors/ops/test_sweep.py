@@ -105,6 +105,26 @@ def test_budget_stops_cleanly(store):
     assert store.scalar("SELECT status FROM collection_runs WHERE run_id = ?", [run_id]) == "completed"
 
 
+def test_a_budget_on_a_gpu_lets_the_ops_take_turns(store):
+    """Planned for a CUDA device with a budget, the ops alternate (a budget cuts each op's last configs, not the
+    ops listed last); without a budget they stay op by op. Planning touches no device."""
+    import torch
+
+    from collectors.ops.sweep import plan
+
+    name = platforms.register_local(store)["name"]
+    ops = ["relu", "add", "layer_norm"]
+
+    def planned(budget_s):
+        options = SweepOptions(ops=ops, sweep="quick", passes="fwd", settings=FAST, budget_s=budget_s)
+        return [item.spec.name for item in plan(store, name, options, torch.device("cuda"))[0]]
+
+    whole = planned(None)
+    assert whole == sorted(whole, key=ops.index) and set(whole) == set(ops)   # op by op
+    turns = planned(60.0)
+    assert sorted(turns) == sorted(whole) and turns[:3] == ops and turns[3:6] == ops
+
+
 def test_interrupted_sweep_keeps_its_rows(store, interactive_sigint):
     name = platforms.register_local(store)["name"]
     options = SweepOptions(ops=["layer_norm"], sweep="default", cache="warm", settings=FAST, flush_every_s=0.0)
