@@ -13,7 +13,6 @@ nothing pmdb fits is chosen by it.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from pmdb_commands import host_line, neusight_gpus  # noqa: E402
+from pmdb_commands import host_line, neusight_gpus, neusight_parser  # noqa: E402
 
 GPUS = {"p4": "Tesla_P4", "p100": "Tesla_P100-PCIE-16GB", "t4": "Tesla_T4", "v100": "Tesla_V100-PCIE-32GB",
         "a100-80gb": "NVIDIA_A100_80GB_PCIe"}
@@ -96,12 +95,8 @@ def score(conv: pd.DataFrame, device: np.ndarray, seed: int) -> dict[str, object
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data",
-                        help="the shared data folder (default ../shared/data)")
-    parser.add_argument("--out", type=Path, default=None, help="write the table to this Markdown file")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the split and the trees (default 0)")
-    parser.add_argument("--gpus", default=",".join(GPUS), help=f"GPUs to score (default {','.join(GPUS)})")
+    parser = neusight_parser(__doc__, GPUS, "write the table to this Markdown file",
+                             "seed of the split and the trees (default 0)")
     args = parser.parse_args(argv)
     found = neusight_gpus("conv_kernel_choice", args.shared, args.gpus, GPUS)
     if found is None:

@@ -108,7 +108,7 @@ else
     for name in fit fit-overheads model model-fitted; do skip "$name" "MLflow is not importable here"; done
 fi
 
-GPU=$("$PY" -c "import torch, re; print(re.sub('[^a-z0-9]+', '-', torch.cuda.get_device_name(0).lower()).strip('-') if torch.cuda.is_available() else 'cpu')")
+GPU=$(gpu_env_slug)
 if [ -z "$OUT" ]; then
     if [ "$MODE" = cuda ]; then OUT=$REPO/benchmarks/results/gpu_check_$GPU.md; else OUT=$WORK/gpu_check_cpu.md; fi
 fi

@@ -22,6 +22,12 @@ gpu_env_python() {
     "$runner" install-pmdb "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir -e "$REPO"
 }
 
+# gpu_env_slug: the GPU's name as a file-name part (e.g. nvidia-h200), 'cpu' without a CUDA device; needs PY.
+gpu_env_slug() {
+    "$PY" -c "import torch, re; print(re.sub('[^a-z0-9]+', '-', torch.cuda.get_device_name(0).lower()).strip('-') \
+if torch.cuda.is_available() else 'cpu')"
+}
+
 _gpu_env_direct() {
     echo "== $1"
     shift

@@ -23,7 +23,6 @@ attention's probabilities times V (output 64 wide or less, reduction >= 512), it
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -39,7 +38,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 from conv_kernel_choice import gmae, table_device_times  # noqa: E402
-from pmdb_commands import host_line, neusight_gpus  # noqa: E402
+from pmdb_commands import host_line, neusight_gpus, neusight_parser  # noqa: E402
 
 GPUS = {"p4": "Tesla_P4", "t4": "Tesla_T4", "p100": "Tesla_P100-PCIE-16GB", "v100": "Tesla_V100-PCIE-32GB",
         "a100": "NVIDIA_A100-PCIE-40GB"}
@@ -154,12 +153,8 @@ def _logo_lines(found: dict[str, dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data",
-                        help="the shared data folder (default ../shared/data)")
-    parser.add_argument("--out", type=Path, default=None, help="write the tables to this Markdown file")
-    parser.add_argument("--gpus", default=",".join(GPUS), help=f"GPUs to show (default {','.join(GPUS)})")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the row samples and the trees in (b), (c)")
+    parser = neusight_parser(__doc__, GPUS, "write the tables to this Markdown file",
+                             "seed of the row samples and the trees in (b), (c)")
     parser.add_argument("--skip-logo", action="store_true", help="table (a) only (no import, no fits: seconds)")
     args = parser.parse_args(argv)
     found = neusight_gpus("gpu_sheet_limits", args.shared, args.gpus, GPUS)

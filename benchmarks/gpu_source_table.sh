@@ -45,7 +45,7 @@ if [ "$MODE" = cuda ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda
     echo "gpu_source_table.sh: no CUDA device is visible (use --cpu for the CPU dry run)" >&2
     exit 2
 fi
-GPU=$("$PY" -c "import torch, re; print(re.sub('[^a-z0-9]+', '-', torch.cuda.get_device_name(0).lower()).strip('-') if torch.cuda.is_available() else 'cpu')")
+GPU=$(gpu_env_slug)
 DEST=${DEST:-${OUT:-$REPO/benchmarks/data/gpu_tables/$GPU}}
 WS=$(mktemp -d /tmp/pmdb-gpu-table.XXXXXX)/ws
 mkdir -p "$DEST"

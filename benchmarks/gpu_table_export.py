@@ -42,7 +42,7 @@ def local_platform(store: Store) -> str:
 def rows_of(store: Store, platform: str, cache_state: str) -> pd.DataFrame:
     """The platform's completed measurement rows in ``cache_state`` (µs), oldest first."""
     return store.query(
-        "SELECT op, pass, dtype, implementation, device, cache_state, config_key, CAST(params AS VARCHAR) AS params, "
+        "SELECT op, pass, dtype, implementation, device, config_key, CAST(params AS VARCHAR) AS params, "
         "median_us, single_call_us, back_to_back_us FROM v_op_measurements WHERE platform = ? AND cache_state = ? "
         "AND median_us > 0 ORDER BY measurement_id", [platform, cache_state])
 

@@ -66,6 +66,20 @@ def workspace_parser(doc: str, out: Path, fit_budget_minutes: float, fitted: str
     return parser
 
 
+def neusight_parser(doc: str, known: "dict[str, str]", out_help: str, seed_help: str) -> "argparse.ArgumentParser":
+    """The options of a benchmark over the NeuSight tables of some GPUs (no workspace): --shared, --out, --gpus (keys
+    of ``known``, for :func:`neusight_gpus`) and --seed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data",
+                        help="the shared data folder (default ../shared/data)")
+    parser.add_argument("--out", type=Path, default=None, help=out_help)
+    parser.add_argument("--gpus", default=",".join(known), help=f"GPUs to use (default {','.join(known)})")
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    return parser
+
+
 def emit(text: str, out: Path | None) -> None:
     """Print a benchmark's Markdown and append it to ``out`` (a results file that keeps earlier runs), if given."""
     print(text)

@@ -52,8 +52,9 @@ def fit_hint(store: Store, platform: str) -> str:
     sheet = store.scalar("SELECT count(*) FROM gpu_specs WHERE platform = ?", [platform])
     if own or not sheet:
         return f"fit models with `pmdb fit --platform {platform}`"
-    sources = store.scalar("SELECT count(DISTINCT m.platform) FROM v_op_measurements m JOIN gpu_specs s "
-                           "USING (platform) WHERE m.cache_state = 'device' AND m.platform <> ?", [platform])
+    from fitters.cross_gpu import gpus_with_tables   # the cross-GPU fit's own sources (sklearn: only here)
+
+    sources = len(set(gpus_with_tables(store)["platform"]) - {platform})
     if sources >= 2:
         return (f"it has a spec sheet and no measurements: fit cross-GPU models from the {sources} other GPUs with "
                 f"kernel timings with `pmdb fit cross-gpu --target {platform}`")
@@ -98,7 +99,8 @@ class PredictionSession:
         self.measured = ShapeMedians.load(store, self.platform.name) if kernels == MEASURED else None
         self.models.selection = self.models.selection.measuring(
             kernels, None if self.measured is None else self.measured.upto)
-        self.fit_hint = fit_hint(store, self.platform.name)
+        # how to fit models, said only when there are none (:meth:`missing_models`)
+        self.fit_hint = None if self.models.kernels else fit_hint(store, self.platform.name)
         self.overheads_platform = self.platform.name
         self.default_lender = None
         if overheads_from is None and overhead_version is None:
