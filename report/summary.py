@@ -1,7 +1,8 @@
 """The one-screen summary ``pmdb quickstart`` prints at its end: per workload run its measured time with the spread
 of its iterations, the prediction, its error and the baseline's (sum of kernel times); per family (and world size)
-the geomean |e| of the model against the baseline's; the stated warnings of :mod:`report.checks` and the host's
-vector wake-up where it is large (:mod:`simulator.wake_loss`); what-if
+the geomean |e| of the model against the baseline's; the stated warnings of :mod:`report.checks`, the host's
+vector wake-up where it is large (:mod:`simulator.wake_loss`) and the runs whose truth ran in another compute phase
+than their prices (:mod:`simulator.compute_phase`); what-if
 predictions judged against ground truth measured elsewhere (``pmdb collect import-e2e``); where the full tables are.
 
 :func:`summarize` reads the store (SQL over the completed-run views); :func:`render` lays the summary out in at most
@@ -18,6 +19,7 @@ from pmdb.metrics import gmae
 from pmdb.store import Store
 from collectors.memory_probe import PROBE_BYTES
 from report import checks
+from simulator.compute_phase import compute_pace, pace_warning, price_probes
 from simulator.llc_found import run_found
 from simulator.memory_phase import memory_pace, price_times
 from simulator.wake_loss import wake_warning
@@ -57,6 +59,7 @@ class RunRow:
     baseline_error: float | None  # the same for the sum of kernel times
     memory_pace: float | None = None   # the host's memory read time at its truth over at its prices (None: unknown)
     llc_found: float | None = None     # share of a re-read 64 MiB buffer its truth's probes found in the LLC
+    compute_pace: float | None = None  # a one-thread linear's time at its truth over at its prices (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -147,13 +150,21 @@ def summarize(store: Store) -> Summary:
         if said is not None:
             out.warnings.append(said + (f" ({platform})" if several else ""))
     prices = {p: price_times(store, p) for p in local["platform"].unique()}   # read once per platform
+    sweeps = {p: price_probes(store, p) for p in local["platform"].unique()}
+    computed = []
     for _, row in local.iterrows():
         pace = memory_pace(store, row["workload_run_id"], row["platform"], prices[row["platform"]])
         found = run_found(store, row["workload_run_id"])   # the truth's own probes only
+        compute = compute_pace(store, row["workload_run_id"], row["platform"], sweeps[row["platform"]])
         out.runs.append(RunRow(_label(row, several), row["measured_us"] / 1e3, _optional(row["spread"]),
                                row["predicted_us"] / 1e3, float(row["rel_error"]),
                                _optional(row["baseline_rel_error"]), None if pace is None else pace.ratio,
-                               None if found is None else found(PROBE_BYTES)))
+                               None if found is None else found(PROBE_BYTES),
+                               None if compute is None else compute.ratio))
+        computed.append((out.runs[-1].label, compute))
+    said = pace_warning(computed)
+    if said is not None:
+        out.warnings.insert(0, said)
     if not local.empty:
         local["group"] = [f"{f} ws{int(w)}" + (f" @{p}" if several else "")
                           for f, w, p in zip(local["family"], local["world_size"], local["platform"])]

@@ -26,8 +26,8 @@ SAME_PHASE = 0.1   # |ratio - 1| within this: one phase (two demos in one phase 
 
 
 @dataclass(frozen=True)
-class MemoryPace:
-    """Median probe read times (µs) of a truth and of its prices, and their ratio."""
+class Pace:
+    """Median probe times (µs) of a truth and of its prices, and their ratio (above 1: slower at the truth)."""
 
     truth_us: float
     prices_us: float
@@ -38,16 +38,26 @@ class MemoryPace:
     def ratio(self) -> float:
         return self.truth_us / self.prices_us
 
+    @property
+    def same_phase(self) -> bool:
+        """Within :data:`SAME_PHASE` of 1: the host was in one phase at the truth and at its prices."""
+        return abs(self.ratio - 1.0) <= SAME_PHASE
+
     def label(self) -> str:
         """'x1.25'."""
         return f"x{self.ratio:.2f}"
+
+
+@dataclass(frozen=True)
+class MemoryPace(Pace):
+    """The read times of a 64 MiB buffer (:data:`PROBE_BYTES`)."""
 
     def sentence(self) -> str:
         """One sentence for people: what was measured, and what it says of the error (:data:`SAME_PHASE`)."""
         measured = (f"memory pace {self.label()}: a {PROBE_BYTES // 2 ** 20} MiB read took "
                     f"{self.truth_us / 1e3:.2f} ms around this run's truth ({self.truth_probes} probes) and "
                     f"{self.prices_us / 1e3:.2f} ms around the op sweeps that priced it ({self.prices_probes})")
-        if abs(self.ratio - 1.0) <= SAME_PHASE:
+        if self.same_phase:
             return (f"{measured}: the memory was in the same phase at both, so the error is not a phase of the "
                     f"host between truth and prices")
         return (f"{measured}; on a shared host steps slow and speed up with it (benchmarks/host_phase.py): an error "

@@ -23,6 +23,7 @@ from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
 from simulator.measured_shapes import MEASURED
+from simulator.compute_phase import compute_pace
 from simulator.memory_phase import memory_pace
 from simulator.pending import pending_runs  # noqa: F401  (pmdb predict --all; kept importable from here)
 from simulator.replay import replay_programs
@@ -112,6 +113,7 @@ def _predict(store: Store, resolved: ResolvedRequest) -> Prediction:
     pred.llc_found = found   # session.llc_found gives one only where reuse pricing uses it
     if resolved.source_platform == target and session.platform.sync_host:   # a CPU truth measured here
         pred.memory_pace = memory_pace(store, truth.workload_run_id, target)
+        pred.compute_pace = compute_pace(store, truth.workload_run_id, target)
     used = [(m.name, m.version) for m in pred.models]
     pred.warnings = [n for n in [thread_mismatch(store, truth.workload_run_id, used)
                                  if resolved.run_threads is not None

@@ -12,6 +12,7 @@ from pmdb.store import Store
 from pmdb.traces.set_rows import trace_set_info
 from simulator.cross_gpu_range import SpecRange
 from simulator.llc_found import LlcFound
+from simulator.compute_phase import ComputePace
 from simulator.memory_phase import MemoryPace
 from simulator.engine import SimResult
 from simulator.model_set import ModelSelection
@@ -55,6 +56,7 @@ class Prediction:
     measured_ops: int = 0  # model mode: ops priced by the measured median of their exact shape (--kernels measured)
     spec_range: SpecRange | None = None  # spec-only GPU: the step as far off as on each held-out source GPU
     memory_pace: MemoryPace | None = None  # CPU truth measured here: the host's memory phase at it against its prices'
+    compute_pace: ComputePace | None = None  # the same for its compute phase (simulator.compute_phase)
     llc_found: LlcFound | None = None      # the LLC the run found, where reuse pricing used it (simulator.llc_found)
 
     @property

@@ -170,6 +170,9 @@ def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest,
     # rank 0's memory-pace probes of every launch, before and after its iterations (collectors.memory_probe)
     summary["memory_probe"] = [probe for launch in launches for r in launch if r["rank"] == 0
                                for probe in r.get("memory_probe", [])]
+    # and its compute-pace probes (collectors.wake_probe on one thread; simulator.compute_phase)
+    summary["wake_probe"] = [probe for launch in launches for r in launch if r["rank"] == 0
+                             for probe in r.get("wake_probe", [])]
     if request.trace_iters:
         from collectors.traces.ingest import RankTraces, ingest_trace_set
 

@@ -118,10 +118,12 @@ def relaunch(store: Store, run_id: str, launches: int = 1, min_launches: int | N
                                            "rank": r["rank"], "time_us": t}
                                           for k, ranks in enumerate(results) for r in ranks
                                           for i, t in enumerate(r["times_us"])])
-        # rank 0's memory probes of every launch: the LLC and memory pace the run's truth found include them
+        # rank 0's memory and compute probes of every launch: the LLC and paces the run's truth found include them
         run.summary = {"adds_to": run_id, "name": request.name, "settled": False, "measured_us_before": before,
                        "memory_probe": [probe for ranks in results for r in ranks if r["rank"] == 0
-                                        for probe in r.get("memory_probe", [])]}
+                                        for probe in r.get("memory_probe", [])],
+                       "wake_probe": [probe for ranks in results for r in ranks if r["rank"] == 0
+                                      for probe in r.get("wake_probe", [])]}
 
         def update() -> None:   # as the relaunch completes: its launches count from then on
             medians, steps = launch_medians(store, run_id)

@@ -10,7 +10,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from collectors.workloads.allocator import RECORDED
 from collectors.workloads.trainers import make_trainer
@@ -61,6 +61,18 @@ class WorkloadJob:
         return self.warmup + self.iters + passes
 
 
+def one_thread(probe: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``probe()`` on one intra-op thread, as ``collect ops`` measures (the rank's thread count set back after)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return probe()
+    finally:
+        torch.set_num_threads(threads)
+
+
 def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
     """The rank program (runner target): ground truth, then the Kineto-only and ET passes. Returns per-rank times
     (µs), embedding statistics (DLRM), the zero shares of the optimizer state at the start and the end of the timed
@@ -70,6 +82,7 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
 
     from collectors.launch import tick
     from collectors.memory_probe import read_probe
+    from collectors.wake_probe import read_wake
     from collectors.workloads.ground_truth import time_iterations
     from collectors.workloads.optimizer_state import state_zero_fractions
     from collectors.workloads.profile import et_pass, kineto_pass
@@ -97,8 +110,10 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
 
     step = trainer.step
     built = time.perf_counter()
-    # the host's memory pace and the LLC it finds, before the warm-up re-warms the caches
+    # the host's memory pace and the LLC it finds, before the warm-up re-warms the caches; then its compute pace
+    # (simulator.compute_phase)
     probes = [read_probe(curve=True, decay=True)] if rank == 0 else []
+    wakes = [one_thread(read_wake)] if rank == 0 else []
     time_iterations(step, job.warmup_ids, [], before, sync)
     optimizer = getattr(trainer, "optimizer", None)
     state = state_zero_fractions(optimizer, job.warmup)   # between iterations: outside every timed interval
@@ -107,10 +122,11 @@ def run_rank(rank: int, world_size: int, job: WorkloadJob) -> dict[str, Any]:
     state += state_zero_fractions(optimizer, job.warmup + job.iters)
     if rank == 0:
         probes.append(read_probe(curve=True))
+        wakes.append(one_thread(read_wake))
     out: dict[str, Any] = {"rank": rank, "times_us": times, "info": trainer.info(), "threads": torch.get_num_threads(),
                            "allocator_env": {k: v for k, v in os.environ.items() if k in RECORDED},
                            "wall_s": {"build": built - started, "ground_truth": timed - built},
-                           "memory_probe": probes}
+                           "memory_probe": probes, "wake_probe": wakes}
     stats = getattr(trainer, "stats", {})
     out["stats"] = [dict(row, iteration=i, rank=rank) for i, k in enumerate(job.timed_ids) for row in stats.get(k, [])]
     out["state_stats"] = [dict(row, rank=rank) for row in state]

@@ -59,6 +59,9 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
         for key, value in ({"memory_pace": _pace(pred, fmt)} if fmt == "table"
                            else pred.memory_pace.to_json()).items():
             summary[key] = value
+    if pred.compute_pace is not None and fmt != "table":   # the table says it in a sentence
+        for key, value in pred.compute_pace.to_json().items():
+            summary[key] = value
     if pred.llc_found is not None and fmt != "table":   # the table says it in a note
         summary["llc_found_64mib"] = round(pred.llc_found(64 * 2 ** 20), 4)
         summary["llc_found_source"] = pred.llc_found.source
@@ -69,6 +72,8 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
         typer.echo("\n" + wrapped(_range_text(pred)))
     if pred.memory_pace is not None:
         typer.echo("\n" + wrapped(pred.memory_pace.sentence()))
+    if pred.compute_pace is not None:
+        typer.echo("\n" + wrapped(pred.compute_pace.sentence()))
     ranks = pd.DataFrame([{"rank": r.rank, "predicted_ms": round(r.predicted_us / 1000, 3),
                            "cpu_ms": round(r.cpu_us / 1000, 3), "compute_busy_ms": round(r.compute_busy_us / 1000, 3),
                            "comm_busy_ms": round(r.comm_busy_us / 1000, 3),

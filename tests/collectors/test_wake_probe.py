@@ -22,3 +22,26 @@ def test_the_spin_lasts_at_least_what_it_is_asked():
     start = time.perf_counter_ns()
     spin(500.0)
     assert (time.perf_counter_ns() - start) / 1e3 >= 500.0
+
+
+def test_a_workload_rank_probes_on_one_thread_and_keeps_its_own_threads():
+    """collectors.workloads.worker.one_thread: the probe runs on one intra-op thread, as `collect ops` measures,
+    and the rank's thread count is set back after it, also when the probe fails."""
+    import torch
+
+    from collectors.workloads.worker import one_thread
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert one_thread(lambda: {"threads": torch.get_num_threads()}) == {"threads": 1}
+        assert torch.get_num_threads() == 2
+
+        def fails() -> dict:
+            raise RuntimeError("probe failed")
+
+        with pytest.raises(RuntimeError):
+            one_thread(fails)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

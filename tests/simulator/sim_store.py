@@ -40,12 +40,13 @@ def warm_and_cold_linear(store: Store, platform: str) -> None:
         registry.set_champion(store, record.name, version)
 
 
-def probed_run(store: Store, kind: str, platform: str, probes: list[dict], *, fail: bool = False) -> str:
-    """A run of ``kind`` whose summary holds these memory probes (as the stages store them); ``fail``: it fails,
-    so it ends 'failed'. Its run id."""
+def probed_run(store: Store, kind: str, platform: str, probes: list[dict], *, fail: bool = False,
+               key: str = "memory_probe") -> str:
+    """A run of ``kind`` whose summary holds these probes under ``key`` (as the stages store them: memory probes,
+    or ``wake_probe``); ``fail``: it fails, so it ends 'failed'. Its run id."""
     try:
         with store.run(kind, platform, {}) as run:
-            run.summary = {"memory_probe": probes}
+            run.summary = {key: probes}
             if fail:
                 raise RuntimeError("the run fails")
     except RuntimeError:
@@ -72,15 +73,16 @@ def telling_probes(count: int, tries: int = 8) -> list[dict]:
                 f"slow as a flushed one): no LLC found to price by")
 
 
-def two_rank_truth(store: Store, platform: str, directory: Path, config_hash: str, probes: list[dict]) -> str:
+def two_rank_truth(store: Store, platform: str, directory: Path, config_hash: str, probes: list[dict],
+                   wakes: list[dict] | None = None) -> str:
     """The 2-rank CPU recording in ``directory`` stored as a measured workload run (truth 12345 µs, these memory
-    probes in its summary) and its trace set; the workload run's id."""
+    probes and ``wakes`` compute probes in its summary) and its trace set; the workload run's id."""
     with store.run("workload", platform, {}) as run:
         wid = store.insert_one("workloads", {"family": "other", "name": "two_rank_step", "config": {},
                                              "config_hash": config_hash, "batch_size": 64, "world_size": 2},
                                returning="workload_id")
         store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": platform,
                                            "iterations": 10, "warmup": 2, "measured_us": 12345.0})
-        run.summary = {"memory_probe": probes}
+        run.summary = {"memory_probe": probes, **({"wake_probe": wakes} if wakes else {})}
     ingest(store, platform, cpu_ranks(directory), "two_rank_step", "captured", workload_id=wid)
     return run.run_id

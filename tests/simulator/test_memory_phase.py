@@ -61,15 +61,17 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
     from sim_store import two_rank_truth
 
     from collectors.memory_probe import read_probe
+    from collectors.wake_probe import read_wake
     from pmdb.cli.main import main
     from simulator.llc_found import probe_found
     from simulator.predict import predict_and_store
 
     platform = platforms.resolve(store, None)
     with store.run("ops", platform, {}) as run:
-        run.summary = {"memory_probe": [read_probe(), read_probe()]}
+        run.summary = {"memory_probe": [read_probe(), read_probe()], "wake_probe": [read_wake(rounds=5)]}
     truth = two_rank_truth(store, platform, cpu_trace_files, "two-rank-pace",
-                           [read_probe(curve=True), read_probe(curve=True), read_probe(curve=True)])
+                           [read_probe(curve=True), read_probe(curve=True), read_probe(curve=True)],
+                           [read_wake(rounds=5), read_wake(rounds=5)])
     with store.run("predict", platform, {}) as run:
         _, pred = predict_and_store(store, run.run_id, workload_run_id=truth)
     stored = [json.loads(s)["memory_probe"] for s in store.query(
@@ -88,6 +90,9 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
     assert row.split()[-1] == pred.memory_pace.label()
     text = " ".join(out)
     assert f"memory pace {pred.memory_pace.label()}: a 64 MiB read took" in text
+    # and its compute pace, from the same runs' compute probes (simulator.compute_phase)
+    assert pred.compute_pace.truth_probes == 2 and pred.compute_pace.prices_probes == 1
+    assert f"compute pace {pred.compute_pace.label()}: a one-thread linear 512x64->256 took" in text
     assert all(len(line) <= 80 for line in out), [line for line in out if len(line) > 80]
     # the probes whose curve tells an LLC from memory (on a host whose LLC serves a process little, the 48 MiB-L3
     # Intel guest, a 16 MiB read may run at memory's pace: that probe tells nothing and is left out)
@@ -100,6 +105,7 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
         assert all(len(line) <= 80 for line in captured.err.splitlines())
         assert main(["--home", home, "predict", truth, "--format", "json"]) == 0
         row = json.loads(capsys.readouterr().out)[0]
+        assert row["compute_pace"] == round(pred.compute_pace.ratio, 4)
         assert row["llc_found_source"] == "run" and row["llc_found_64mib"] == round(pred.llc_found(PROBE_BYTES), 4)
         with Store.open(store.workspace, read_only=True) as again:
             recorded = json.loads(again.query("SELECT summary FROM collection_runs WHERE kind = 'predict' "

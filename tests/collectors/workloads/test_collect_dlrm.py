@@ -1,6 +1,8 @@
 """DLRM ground truth and traces on real ranks (gloo), stored in a real DuckDB store."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -131,6 +133,11 @@ def test_repeats_launch_fresh_processes_and_store_the_median_of_their_medians(st
     # rank 0 of every launch probed the host's memory pace before its warm-up and after its iterations
     assert len(summary["memory_probe"]) == 3 * 2 and all(p["read_us"] > 0 for p in summary["memory_probe"])
     assert [p["at"] for p in summary["memory_probe"]] == sorted(p["at"] for p in summary["memory_probe"])
+    # and its compute pace on one thread, as `collect ops` does (simulator.compute_phase)
+    wakes = summary["wake_probe"]
+    assert len(wakes) == 3 * 2 and all(p["back_to_back_us"] > 0 and p["op"] == wakes[0]["op"] for p in wakes)
+    stored = json.loads(store.scalar("SELECT summary FROM collection_runs WHERE run_id = ?", [run_id]))
+    assert stored["wake_probe"] == wakes
 
 
 def test_repeats_below_one_is_refused_before_a_run(store, local_platform, tiny_dlrm):

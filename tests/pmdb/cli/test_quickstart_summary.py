@@ -35,16 +35,19 @@ def _workload(store, name: str, family: str, world: int, sharder: str | None) ->
 
 def _predicted(store, workload: int, measured_us: float, predicted_us: float, baseline_us: float, *,
                spread: float | None = 0.1, truth_platform: str = CPU, target: str = CPU,
-               probes: list[float] | None = None, llc: dict | None = None) -> int:
+               probes: list[float] | None = None, llc: dict | None = None, wakes: list[float] | None = None) -> int:
     """A workload run (its truth) and a model-mode prediction of a trace set of its workload, written by the stages'
     own functions; the baseline is the simulated sum of kernel times. ``probes``: the memory-probe read times (µs)
-    the run's summary holds, as collect workload stores them (``llc``: each with that LLC curve)."""
+    the run's summary holds, as collect workload stores them (``llc``: each with that LLC curve); ``wakes``: its
+    compute probes' back-to-back times (µs)."""
     result = simulate([[TimedOp(kernels=((COMPUTE, baseline_us, 0.0, 0.0),))]], SyncHost())
     imported = truth_platform != CPU
     with store.run("import-e2e" if imported else "workload", truth_platform, {}) as run:
         if probes:
             run.summary = {"memory_probe": [{"bytes": 64 * 2 ** 20, "read_us": us, "at": "2026-11-29T03:00:00+00:00",
                                              **({"llc": llc} if llc else {})} for us in probes]}
+        if wakes:
+            run.summary = {**(run.summary or {}), "wake_probe": [_compute_probe(us) for us in wakes]}
         store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": workload, "platform": truth_platform,
                                            "iterations": 5, "warmup": 1, "measured_us": measured_us,
                                            "spread": None if imported else spread,
@@ -59,6 +62,12 @@ def _predicted(store, workload: int, measured_us: float, predicted_us: float, ba
                                 result=result, predicted_us=predicted_us, measured_us=measured_us,
                                 workload_run_id=truth)
         return store_prediction(store, run.run_id, prediction)
+
+
+def _compute_probe(us: float) -> dict:
+    """A compute probe (collectors.wake_probe) whose linear took ``us`` back to back."""
+    return {"at": "2026-11-30T22:00:00+00:00", "op": "linear 512x64->256", "spin_us": 2000.0, "rounds": 15,
+            "back_to_back_us": us, "after_spin_us": [us] * 4, "lost_us": 0.0}
 
 
 @pytest.fixture
@@ -279,3 +288,26 @@ def test_a_large_vector_wake_up_of_the_op_sweeps_is_said_and_a_small_one_is_not(
                            "155 µs") and "4 probes" in said
     lines = render(summary, "/ws/reports/index.html", title="== done")
     assert len(lines) <= 24 and max(map(len, lines)) <= 80
+
+
+def test_runs_measured_in_another_compute_phase_are_named_first(store):
+    """Truths whose one-thread linear ran x1.25 and x1.00 of the op sweeps': one warning, first, naming the first
+    only, within the summary's 80 columns; a run without compute probes has no pace."""
+    platforms.ensure_named(store, CPU, device_kind="cpu")
+    with store.run("ops", CPU, {}) as run:
+        run.summary = {"wake_probe": [_compute_probe(200.0), _compute_probe(204.0)]}
+    with store.run("workload", CPU, {}):
+        bert = _workload(store, "bert", "transformer", 1, None)
+        gpt2 = _workload(store, "gpt2", "transformer", 1, None)
+        xlnet = _workload(store, "xlnet", "transformer", 1, None)
+    _predicted(store, bert, 20000.0, 21000.0, 19000.0, wakes=[250.0, 254.0])
+    _predicted(store, gpt2, 30000.0, 30500.0, 29000.0, wakes=[203.0])
+    _predicted(store, xlnet, 30000.0, 30500.0, 29000.0)
+    summary = summarize(store)
+    paces = {r.label: r.compute_pace for r in summary.runs}
+    assert paces["bert ws1"] == pytest.approx(252.0 / 202.0) and paces["gpt2 ws1"] == pytest.approx(203.0 / 202.0)
+    assert paces["xlnet ws1"] is None
+    assert summary.warnings[0].startswith("compute pace:") and "(bert ws1 x1.25)" in summary.warnings[0]
+    assert "gpt2" not in summary.warnings[0]
+    lines = render(summary, "pmdb-workspace/reports/index.html")
+    assert any(line.startswith("! compute pace:") for line in lines) and all(len(line) <= 80 for line in lines)
