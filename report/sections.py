@@ -13,6 +13,7 @@ from report import checks, figures, model_links
 from report.kernel_figures import kernel_error_dots, summarise
 from report.page import Section, Table
 from simulator.error_stats import named
+from simulator.compute_phase import frame_paces, pace_warning
 from simulator.wake_loss import wake_warning
 
 FEW_TEST_ROWS = 5  # a model scored on fewer held-out rows gets a note: its GMAE rests on very few points
@@ -227,6 +228,9 @@ def predictions_sections(store: Store, out: Path, platform: str | None) -> list[
         said = wake_warning(store, str(name))
         if said is not None:
             fig10.warnings.append(f"{name}: {said}")
+    paced = pace_warning(frame_paces(store, frame[frame["mode"] == "model"].drop_duplicates("workload_run_id")))
+    if paced is not None:
+        fig10.warnings.append(paced)
     for mode in ("model", "replay"):
         for section, plot in ((fig10, predicted_vs_measured), (fig2, stream_breakdown)):
             path = plot(store, out, mode, platform=platform)

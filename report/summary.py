@@ -19,7 +19,7 @@ from pmdb.metrics import gmae
 from pmdb.store import Store
 from collectors.memory_probe import PROBE_BYTES
 from report import checks
-from simulator.compute_phase import compute_pace, pace_warning, price_probes
+from simulator.compute_phase import compute_pace, pace_brief, price_probes
 from simulator.llc_found import run_found
 from simulator.memory_phase import memory_pace, price_times
 from simulator.wake_loss import wake_warning
@@ -162,7 +162,7 @@ def summarize(store: Store) -> Summary:
                                None if found is None else found(PROBE_BYTES),
                                None if compute is None else compute.ratio))
         computed.append((out.runs[-1].label, compute))
-    said = pace_warning(computed)
+    said = pace_brief(computed)   # one line: kept where longer warnings are cut (the report names the runs)
     if said is not None:
         out.warnings.insert(0, said)
     if not local.empty:

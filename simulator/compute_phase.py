@@ -75,11 +75,17 @@ def compute_pace(store: Store, workload_run_id: str | None, platform: str,
                        len(prices_us), op)
 
 
+def off_phase(runs: list[tuple[str, ComputePace | None]]) -> list[tuple[str, ComputePace]]:
+    """The runs (label, pace) whose truth ran in another compute phase than their prices (beyond
+    :data:`SAME_PHASE`), the farthest first."""
+    return sorted(((label, pace) for label, pace in runs if pace is not None and not pace.same_phase),
+                  key=lambda item: -abs(math.log(item[1].ratio)))
+
+
 def pace_warning(runs: list[tuple[str, ComputePace | None]]) -> str | None:
-    """One warning naming the runs (label, pace) whose truth ran in another compute phase than their prices, None
-    where every known pace is within :data:`SAME_PHASE`."""
-    off = sorted(((label, pace) for label, pace in runs if pace is not None and not pace.same_phase),
-                 key=lambda item: -abs(math.log(item[1].ratio)))
+    """One warning naming the runs (label, pace) of :func:`off_phase` (:data:`SHOWN` of them), None where there are
+    none: what the report says."""
+    off = off_phase(runs)
     if not off:
         return None
     named = ", ".join(f"{label} {pace.label()}" for label, pace in off[:SHOWN])
@@ -87,3 +93,32 @@ def pace_warning(runs: list[tuple[str, ComputePace | None]]) -> str | None:
         named += f" and {len(off) - SHOWN} more"
     return (f"compute pace: a one-thread {off[0][1].op} took another time at the truth than at the op sweeps "
             f"({named}): an error of that order may be the host's phase, not the model's")
+
+
+def pace_brief(runs: list[tuple[str, ComputePace | None]]) -> str | None:
+    """The same in one line of at most 78 columns, the range of paces and how many runs (the quickstart's
+    one-screen summary), None where there are none."""
+    off = off_phase(runs)
+    if not off:
+        return None
+    ratios = sorted(pace.ratio for _, pace in off)
+    span = f"x{ratios[0]:.2f}" + (f"-{ratios[-1]:.2f}" if len(ratios) > 1 else "")
+    return (f"compute pace {span} at {len(off)} truth{'s' if len(off) > 1 else ''} vs the op sweeps: maybe the "
+            f"host's phase")
+
+
+def frame_paces(store: Store, frame: Any) -> list[tuple[str, ComputePace | None]]:
+    """(label, pace) of every row of a predictions frame (columns ``label``, ``workload_run_id``, ``platform``) whose
+    truth was measured on the platform it was predicted for; the sweeps of each platform read once."""
+    runs = [str(r) for r in frame["workload_run_id"] if isinstance(r, str)]
+    measured_on = dict(store.query("SELECT run_id, platform FROM workload_runs WHERE list_contains(?, run_id)",
+                                   [runs]).itertuples(index=False, name=None)) if runs else {}
+    sweeps: dict[str, list[dict[str, Any]]] = {}
+    out = []
+    for label, run_id, platform in zip(frame["label"], frame["workload_run_id"], frame["platform"]):
+        if measured_on.get(run_id) != platform:   # imported, or predicted for another platform: no pace
+            continue
+        if platform not in sweeps:
+            sweeps[platform] = price_probes(store, platform)
+        out.append((str(label), compute_pace(store, run_id, platform, sweeps[platform])))
+    return out

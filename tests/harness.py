@@ -4,6 +4,7 @@
   mlflow.db, artifacts), so tests stay independent without rebuilding it;
 * :func:`in_process`: ``pmdb --home HOME ARGS`` run by :func:`pmdb.cli.main.main` in this process, with its output
   captured, for tests where no process boundary is under test (a process start imports torch, MLflow: seconds);
+  :func:`cli` gives the same as (exit code, stdout, stderr);
 * :func:`built_once`: a folder a session fixture builds once for the whole test run, shared by the pytest-xdist
   workers of `make test` instead of built by each;
 * :func:`ingest_gpu_trace`: a shared GPU trace folder imported into a store (parsed once per test run,
@@ -101,6 +102,12 @@ def in_process(home: Path | str | None, *args: object) -> subprocess.CompletedPr
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
     return subprocess.CompletedProcess(["pmdb", *argv], code, out.getvalue(), err.getvalue())
+
+
+def cli(home: Path | str | None, *args: object) -> tuple[int, str, str]:
+    """:func:`in_process` as (exit code, stdout, stderr)."""
+    done = in_process(home, *args)
+    return done.returncode, done.stdout, done.stderr
 
 
 def descendants(pid: int) -> list[int]:

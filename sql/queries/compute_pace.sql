@@ -1,13 +1,15 @@
 -- Each run measured here: the host's compute pace at its truth against its prices' (collectors/wake_probe.py,
 -- simulator/compute_phase.py): the median back-to-back time (µs) of the probed one-thread linear recorded with the
--- workload run, the median over every completed `collect ops` run of its platform, their ratio (above 1: the CPU
+-- workload run and its completed relaunches (`pmdb collect relaunch`, whose launches are part of its truth), the
+-- median over every completed `collect ops` run of its platform, their ratio (above 1: the CPU
 -- was slower at the truth), and the latest model-mode prediction's error. Runs recorded without compute probes, and
 -- probes of an op the platform's sweeps did not probe most, are left out.
 WITH probes AS (
-    SELECT r.run_id, r.kind, r.platform, p.value->>'$.op' AS op,
+    SELECT CASE r.kind WHEN 'relaunch' THEN r.args->>'$.adds_to' ELSE r.run_id END AS run_id,
+           CASE r.kind WHEN 'relaunch' THEN 'workload' ELSE r.kind END AS kind, r.platform, p.value->>'$.op' AS op,
            CAST(p.value->>'$.back_to_back_us' AS DOUBLE) AS back_us
     FROM collection_runs r, json_each(r.summary, '$.wake_probe') AS p
-    WHERE r.status = 'completed' AND r.kind IN ('ops', 'workload')
+    WHERE r.status = 'completed' AND r.kind IN ('ops', 'workload', 'relaunch')
       AND CAST(p.value->>'$.back_to_back_us' AS DOUBLE) > 0
 ), probed AS (
     SELECT platform, mode(op) AS op FROM probes WHERE kind = 'ops' GROUP BY 1

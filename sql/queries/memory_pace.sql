@@ -1,11 +1,14 @@
 -- Each CPU run measured here: the host's memory pace at its truth against its prices' (collectors/memory_probe.py,
--- simulator/memory_phase.py): the median 64 MiB read (µs) recorded with the workload run, the median over every
+-- simulator/memory_phase.py): the median 64 MiB read (µs) recorded with the workload run and its completed
+-- relaunches (`pmdb collect relaunch`, whose launches are part of its truth), the median over every
 -- completed `collect ops` run of its platform (both in ms here), their ratio (above 1: memory was slower at the
 -- truth), and the latest model-mode prediction's error. Runs recorded without probes are left out.
 WITH probes AS (
-    SELECT r.run_id, r.kind, r.platform, CAST(p.value->>'$.read_us' AS DOUBLE) AS read_us
+    SELECT CASE r.kind WHEN 'relaunch' THEN r.args->>'$.adds_to' ELSE r.run_id END AS run_id,
+           CASE r.kind WHEN 'relaunch' THEN 'workload' ELSE r.kind END AS kind, r.platform,
+           CAST(p.value->>'$.read_us' AS DOUBLE) AS read_us
     FROM collection_runs r, json_each(r.summary, '$.memory_probe') AS p
-    WHERE r.status = 'completed' AND r.kind IN ('ops', 'workload')
+    WHERE r.status = 'completed' AND r.kind IN ('ops', 'workload', 'relaunch')
       AND CAST(p.value->>'$.bytes' AS BIGINT) = 67108864
 ), prices AS (
     SELECT platform, median(read_us) AS prices_read_us, count(*) AS prices_probes

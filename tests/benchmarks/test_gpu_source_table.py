@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from harness import load_benchmark
+from harness import cli, load_benchmark
 
 from pmdb import platform as platforms
 from pmdb.config import Workspace
@@ -20,19 +20,6 @@ SCRIPT = ROOT / "benchmarks" / "gpu_source_table.sh"
 # a sheet for the receiving store's GPU (NeuSight's fields; the H200's figures)
 SHEET = {"Device": "NVIDIA H200", "Dev_Mem": 141, "Mem_Bw": 4800, "Num_Sm": 132, "Core_Per_SM": 128, "Freq": 1980,
          "SingleFLOPs": 66908, "L2Cache": 60}
-
-
-def cli(home, *args) -> tuple[int, str]:
-    """``pmdb --home HOME ARGS`` in this process: (exit code, stderr)."""
-    import contextlib
-    import io
-
-    from pmdb.cli.main import main
-
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        code = main(["--home", str(home), *map(str, args)])
-    return code, err.getvalue()
 
 
 def test_scripts_parse_and_refuse_bad_options():
@@ -101,7 +88,7 @@ def test_the_export_imports_as_the_gpus_device_rows(workspace, tmp_path, capsys)
     sheet.write_text(json.dumps(SHEET))
     assert cli(other.home, "init")[0] == 0
     assert cli(other.home, "platform-specs", sheet, "--name", "h200-table")[0] == 0
-    code, err = cli(other.home, "collect", "import-ops", out / "kernels.csv.gz", "--format", "generic",
+    code, _, err = cli(other.home, "collect", "import-ops", out / "kernels.csv.gz", "--format", "generic",
                        "--platform", "h200-table")
     assert code == 0, err
     with Store.open(other, read_only=True) as store:

@@ -6,9 +6,7 @@ unknown platforms (the same one-line error everywhere; none is created on the wa
 (refused before a run row is made, never stored as a failed run)."""
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import json
 import re
 from pathlib import Path
@@ -16,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pmdb.cli.main import main
+from harness import cli
 
 DATA = Path(__file__).resolve().parent.parent / "collectors" / "importers" / "data"
 NCCL_HEADER = "size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n"
@@ -27,14 +25,6 @@ NEUSIGHT_HEADER = "OPName,Latency,Device,B,H\n"
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 128, "n_positions": 32,
              "bos_token_id": 0, "eos_token_id": 0}
 UNKNOWN = r"unknown platform 'typo' \(known: [^;]+; register one with `pmdb platform --name NAME`"
-
-
-def cli(home: Path, *args: object) -> tuple[int, str, str]:
-    """``pmdb --home HOME ARGS`` through the CLI entry point: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["--home", str(home), *map(str, args)])
-    return code, out.getvalue(), err.getvalue()
 
 
 def counts(home: Path) -> dict[str, int]:

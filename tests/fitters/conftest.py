@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from fitters.collective import CollectiveParams, bus_factor, curve
+from harness import cli  # noqa: F401  (the fitters' tests import it from here)
 from pmdb import platform as platforms
 
 PLATFORM = "synthetic-cpu"
@@ -129,19 +130,6 @@ def synthetic() -> SimpleNamespace:
                            embedding_data=embedding_data, collective_truth=collective_truth,
                            insert_collectives=insert_collectives, collective_points=collective_points,
                            COLLECTIVE_TRUTH=COLLECTIVE_TRUTH)
-
-
-def cli(home, *args) -> tuple[int, str, str]:
-    """``pmdb --home HOME ARGS`` in this process: (exit code, stdout, stderr)."""
-    import contextlib
-    import io
-
-    from pmdb.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["--home", str(home), *map(str, args)])
-    return code, out.getvalue(), err.getvalue()
 
 
 def one_line_error(result: tuple[int, str, str], pattern: str) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from collectors.wake_probe import read_wake
 from pmdb import platform as platforms
-from simulator.compute_phase import ComputePace, compute_pace, pace_warning
+from simulator.compute_phase import ComputePace, compute_pace, frame_paces, pace_brief, pace_warning
 
 PLATFORM = "pace-cpu"
 OP = "linear 512x64->256"
@@ -84,8 +84,8 @@ def test_the_warning_names_the_runs_off_their_prices_farthest_first():
 
 
 def test_the_named_query_gives_each_runs_pace_like_the_module(store):
-    """`pmdb sql --query compute_pace` on known probes: the same medians and ratio as compute_pace(); runs without
-    probes, failed runs and probes of another op are left out."""
+    """`pmdb sql --query compute_pace` on known probes: the same medians and ratio as compute_pace(), a relaunch's
+    probes counted with its run's; runs without probes, failed runs and probes of another op are left out."""
     from pathlib import Path
 
     platforms.ensure_named(store, PLATFORM, device_kind="cpu")
@@ -100,10 +100,48 @@ def test_the_named_query_gives_each_runs_pace_like_the_module(store):
                                                "iterations": 5, "warmup": 1, "measured_us": 1000.0})
             run.summary = {"wake_probe": probes}
         runs[name] = run.run_id
+    with store.run("relaunch", PLATFORM, {"adds_to": runs["paced"]}) as run:   # its launches are part of its truth
+        run.summary = {"wake_probe": [_probe(300.0), _probe(310.0)]}
+    with store.run("relaunch", PLATFORM, {"adds_to": runs["unprobed"]}) as run:
+        run.summary = {"wake_probe": []}
     query = (Path(__file__).resolve().parents[2] / "sql" / "queries" / "compute_pace.sql").read_text()
     rows = store.query(query)
     assert rows["workload"].tolist() == ["paced"]
     row = rows.iloc[0]
     expected = compute_pace(store, runs["paced"], PLATFORM)
-    assert row["truth_us"] == expected.truth_us == 255.0 and row["prices_us"] == expected.prices_us == 210.0
-    assert row["pace"] == round(expected.ratio, 3) and (row["truth_probes"], row["prices_probes"]) == (2, 2)
+    assert row["truth_us"] == expected.truth_us == 280.0                   # its relaunch's probes counted
+    assert row["prices_us"] == expected.prices_us == 210.0
+    assert row["pace"] == round(expected.ratio, 3) and (row["truth_probes"], row["prices_probes"]) == (4, 2)
+
+
+def test_the_brief_form_is_one_summary_line():
+    def pace(ratio: float) -> ComputePace:
+        return ComputePace(200.0 * ratio, 200.0, 2, 4, OP)
+
+    assert pace_brief([("bert ws1", pace(1.05))]) is None
+    one = pace_brief([("bert ws1", pace(1.25)), ("gpt2 ws1", pace(1.02))])
+    assert one == "compute pace x1.25 at 1 truth vs the op sweeps: maybe the host's phase"
+    many = pace_brief([(f"run{k}", pace(r)) for k, r in enumerate((1.12, 1.24, 0.85, 1.0))])
+    assert many == "compute pace x0.85-1.24 at 3 truths vs the op sweeps: maybe the host's phase"
+    assert len("! " + many) <= 80
+
+
+def test_a_report_frame_paces_only_truths_measured_on_its_platform(store):
+    """report.sections' frame: a run predicted for the platform it was measured on gets its pace; the same run
+    predicted for another platform, and a row without a run, get none."""
+    import pandas as pd
+
+    platforms.ensure_named(store, PLATFORM, device_kind="cpu")
+    _run(store, "ops", [_probe(200.0)])
+    with store.run("workload", PLATFORM, {}) as run:
+        wid = store.insert_one("workloads", {"family": "other", "name": "w", "config": {}, "config_hash": "w",
+                                             "batch_size": 8, "world_size": 1}, returning="workload_id")
+        store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": PLATFORM,
+                                           "iterations": 5, "warmup": 1, "measured_us": 1000.0})
+        run.summary = {"wake_probe": [_probe(300.0)]}
+    frame = pd.DataFrame({"label": ["here", "elsewhere", "imported"],
+                          "workload_run_id": [run.run_id, run.run_id, None],
+                          "platform": [PLATFORM, "other-cpu", PLATFORM]})
+    paces = frame_paces(store, frame)
+    assert [label for label, _ in paces] == ["here"] and paces[0][1].ratio == 1.5
+    assert "(here x1.50)" in pace_warning(paces)

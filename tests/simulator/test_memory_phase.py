@@ -114,8 +114,9 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
 
 
 def test_the_named_query_gives_each_runs_pace_like_the_module(store):
-    """`pmdb sql --query memory_pace` on known probes: the same medians and ratio as memory_pace(); runs without
-    probes, failed runs and probes of another size are left out."""
+    """`pmdb sql --query memory_pace` on known probes: the same medians and ratio as memory_pace(), a relaunch's
+    probes counted with its run's (the query left them out before 2026-11-30); runs without probes, failed runs and
+    probes of another size are left out."""
     from pathlib import Path
 
     platforms.ensure_named(store, PLATFORM, device_kind="cpu")
@@ -130,11 +131,15 @@ def test_the_named_query_gives_each_runs_pace_like_the_module(store):
                                                "iterations": 5, "warmup": 1, "measured_us": 1000.0})
             run.summary = {"memory_probe": probes}
         runs[name] = run.run_id
+    with store.run("relaunch", PLATFORM, {"adds_to": runs["paced"]}) as run:   # its launches are part of its truth
+        run.summary = {"memory_probe": [_probe(5000.0), _probe(5200.0)]}
+    with store.run("relaunch", PLATFORM, {"adds_to": runs["unprobed"]}) as run:
+        run.summary = {"memory_probe": []}
     query = (Path(__file__).resolve().parents[2] / "sql" / "queries" / "memory_pace.sql").read_text()
     rows = store.query(query)
     assert rows["workload"].tolist() == ["paced"]
     row = rows.iloc[0]
     expected = memory_pace(store, runs["paced"], PLATFORM)
-    assert row["truth_read_ms"] == expected.truth_us / 1000 == 4.2
+    assert row["truth_read_ms"] == expected.truth_us / 1000 == 4.7          # its relaunch's probes counted
     assert row["prices_read_ms"] == expected.prices_us / 1000 == 3.1
-    assert row["pace"] == round(expected.ratio, 3) and (row["truth_probes"], row["prices_probes"]) == (2, 2)
+    assert row["pace"] == round(expected.ratio, 3) and (row["truth_probes"], row["prices_probes"]) == (4, 2)
