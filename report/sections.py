@@ -14,6 +14,7 @@ from report.kernel_figures import kernel_error_dots, summarise
 from report.page import Section, Table
 from simulator.error_stats import named
 from simulator.compute_phase import frame_paces, pace_warning
+from simulator.memory_phase import frame_memory_paces
 from simulator.wake_loss import wake_warning
 
 FEW_TEST_ROWS = 5  # a model scored on fewer held-out rows gets a note: its GMAE rests on very few points
@@ -179,6 +180,9 @@ def _run_table(frame: pd.DataFrame) -> pd.DataFrame:
         "baseline ms": (frame["baseline_us"] / 1e3).round(3), "baseline error %": _pct(frame["baseline_rel_error"]),
         "closer": ["baseline" if pd.notna(b) and b < abs(p - m) else "model"
                    for b, p, m in zip(base_err, frame["predicted_us"], meas)]})
+    for column, name in (("memory_pace", "memory pace"), ("compute_pace", "compute pace")):
+        if column in frame and frame[column].notna().any():   # truth over its prices' probes (simulator.*_phase)
+            table[name] = [f"x{v:.2f}" if pd.notna(v) else "" for v in frame[column]]
     if "range_low_us" in frame and frame["range_low_us"].notna().any():   # a GPU known by its spec sheet only
         table.insert(table.columns.get_loc("error %") + 1, "spec-only range ms",
                      [f"{lo / 1e3:.3g}-{hi / 1e3:.3g}" if pd.notna(lo) else ""
@@ -228,7 +232,11 @@ def predictions_sections(store: Store, out: Path, platform: str | None) -> list[
         said = wake_warning(store, str(name))
         if said is not None:
             fig10.warnings.append(f"{name}: {said}")
-    paced = pace_warning(frame_paces(store, frame[frame["mode"] == "model"].drop_duplicates("workload_run_id")))
+    compute = frame_paces(store, frame)
+    frame["memory_pace"] = [None if p is None else p.ratio for p in frame_memory_paces(store, frame)]
+    frame["compute_pace"] = [None if p is None else p.ratio for p in compute]
+    model = (frame["mode"] == "model") & ~frame["workload_run_id"].duplicated()
+    paced = pace_warning([(label, pace) for label, pace, keep in zip(frame["label"], compute, model) if keep])
     if paced is not None:
         fig10.warnings.append(paced)
     for mode in ("model", "replay"):
@@ -239,6 +247,10 @@ def predictions_sections(store: Store, out: Path, platform: str | None) -> list[
     fig10.tables.append(Table("per run", _run_table(frame)))
     errors = _on(named(store, "e2e_errors"), platform)
     fig10.tables.append(Table("end-to-end errors (%) per family and model set", errors))
+    if frame["memory_pace"].notna().any() or frame["compute_pace"].notna().any():
+        fig10.notes.append("memory pace, compute pace: a 64 MiB read and a one-thread linear at the truth over at "
+                           "the op sweeps that priced it (simulator/memory_phase.py, compute_phase.py); within "
+                           "x0.90-1.10 the host was in one phase at both")
     no_spread = int((frame["p10_us"].isna() & frame["spread"].isna()).sum())
     if no_spread:
         fig10.notes.append(f"{no_spread} run(s) have no measured spread (no per-iteration times stored): no whisker")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pmdb.store import Store
-from simulator.memory_phase import Pace, run_summaries, sweep_summaries
+from simulator.memory_phase import Pace, frame_rows, run_summaries, sweep_summaries
 from simulator.wake_loss import read_probes
 
 SHOWN = 3   # runs a warning names, the farthest from their prices' pace first
@@ -107,18 +107,6 @@ def pace_brief(runs: list[tuple[str, ComputePace | None]]) -> str | None:
             f"host's phase")
 
 
-def frame_paces(store: Store, frame: Any) -> list[tuple[str, ComputePace | None]]:
-    """(label, pace) of every row of a predictions frame (columns ``label``, ``workload_run_id``, ``platform``) whose
-    truth was measured on the platform it was predicted for; the sweeps of each platform read once."""
-    runs = [str(r) for r in frame["workload_run_id"] if isinstance(r, str)]
-    measured_on = dict(store.query("SELECT run_id, platform FROM workload_runs WHERE list_contains(?, run_id)",
-                                   [runs]).itertuples(index=False, name=None)) if runs else {}
-    sweeps: dict[str, list[dict[str, Any]]] = {}
-    out = []
-    for label, run_id, platform in zip(frame["label"], frame["workload_run_id"], frame["platform"]):
-        if measured_on.get(run_id) != platform:   # imported, or predicted for another platform: no pace
-            continue
-        if platform not in sweeps:
-            sweeps[platform] = price_probes(store, platform)
-        out.append((str(label), compute_pace(store, run_id, platform, sweeps[platform])))
-    return out
+def frame_paces(store: Store, frame: Any) -> list[ComputePace | None]:
+    """The compute pace of every row of a predictions frame (:func:`simulator.memory_phase.frame_rows`)."""
+    return frame_rows(store, frame, price_probes, compute_pace)

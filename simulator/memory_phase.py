@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from collectors.memory_probe import PROBE_BYTES
 from pmdb.store import Store
@@ -104,6 +104,38 @@ def run_summaries(store: Store, run_id: str) -> list[Any]:
     frame = store.query("SELECT run_id, summary FROM collection_runs WHERE list_contains(?, run_id)", [ids])
     by_id = dict(zip(frame["run_id"], frame["summary"]))
     return [by_id[r] for r in ids if r in by_id]
+
+
+def measured_platforms(store: Store, run_ids: list[Any]) -> dict[str, str]:
+    """{workload run id: the platform its truth was measured on} of the given ids (others, and None, left out)."""
+    runs = [str(r) for r in run_ids if isinstance(r, str)]
+    if not runs:
+        return {}
+    return dict(store.query("SELECT run_id, platform FROM workload_runs WHERE list_contains(?, run_id)",
+                            [runs]).itertuples(index=False, name=None))
+
+
+def frame_rows(store: Store, frame: Any, prices_of: Callable[[Store, str], Any],
+               pace_of: Callable[[Store, str, str, Any], Any]) -> list[Any]:
+    """``pace_of(store, run id, platform, prices)`` of every row of a predictions frame (columns
+    ``workload_run_id``, ``platform``), None where its truth was not measured on that platform (imported, or
+    predicted for another); ``prices_of(store, platform)`` read once per platform."""
+    measured_on = measured_platforms(store, list(frame["workload_run_id"]))
+    prices: dict[str, Any] = {}
+    out: list[Any] = []
+    for run_id, platform in zip(frame["workload_run_id"], frame["platform"]):
+        if measured_on.get(run_id) != platform:
+            out.append(None)
+            continue
+        if platform not in prices:
+            prices[platform] = prices_of(store, platform)
+        out.append(pace_of(store, run_id, platform, prices[platform]))
+    return out
+
+
+def frame_memory_paces(store: Store, frame: Any) -> list[MemoryPace | None]:
+    """The memory pace of every row of a predictions frame (:func:`frame_rows`)."""
+    return frame_rows(store, frame, price_times, memory_pace)
 
 
 def sweep_summaries(store: Store, platform: str) -> list[Any]:

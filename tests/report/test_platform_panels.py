@@ -19,8 +19,9 @@ from tests.report.test_report import PLATFORM, small_store  # noqa: F401  (fixtu
 GPU = "report-gpu"
 
 
-def _gpu_prediction(store, spec_range: SpecRange | None = None) -> int:
-    """A 270 ms step of a GPU platform, predicted at 280 ms (with a spec-only range when given)."""
+def _gpu_prediction(store, spec_range: SpecRange | None = None, summary: dict | None = None) -> int:
+    """A 270 ms step of a GPU platform, predicted at 280 ms (with a spec-only range when given; ``summary``: the
+    workload run's, as collect workload stores it)."""
     platforms.ensure_named(store, GPU, device_kind="cuda")
     result = simulate([[TimedOp(kernels=((COMPUTE, 270_000.0, 0.0, 0.0),))]], SyncHost())
     with store.run("workload", GPU, {}) as run:
@@ -29,6 +30,8 @@ def _gpu_prediction(store, spec_range: SpecRange | None = None) -> int:
                                returning="workload_id")
         store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": GPU,
                                            "iterations": 5, "warmup": 1, "measured_us": 270_000.0})
+        if summary:
+            run.summary = summary
     truth = run.run_id
     with store.run("predict", GPU, {}) as run:
         ts = store.insert_one("trace_sets", {"run_id": run.run_id, "platform": GPU, "label": "bert-large",
@@ -61,6 +64,31 @@ def test_a_spec_only_range_is_a_column_of_the_run_table(small_store, tmp_path):
     assert "<th>spec-only range ms</th>" in predictions
     assert "<td>230-390</td>" in predictions                  # the lowest and highest held-out GPU's step
     assert predictions.count("<td></td>") >= 2                # the CPU runs have none
+
+
+def test_the_run_table_shows_each_truths_paces_and_names_a_phase_apart(small_store, tmp_path):
+    """A run whose truth and op sweeps carry probes: its memory and compute pace are columns of the run table (runs
+    without probes empty), and its compute pace beyond 10% is a warning of the section naming it."""
+    store, _ = small_store
+
+    def wake(us: float) -> dict:
+        return {"at": "2026-11-30T22:00:00+00:00", "op": "linear 512x64->256", "spin_us": 2000.0, "rounds": 15,
+                "back_to_back_us": us, "after_spin_us": [us] * 4, "lost_us": 0.0}
+
+    def read(us: float) -> dict:
+        return {"bytes": 64 * 2 ** 20, "read_us": us, "at": "2026-11-30T22:00:00+00:00"}
+
+    platforms.ensure_named(store, GPU, device_kind="cuda")
+    with store.run("ops", GPU, {}) as run:
+        run.summary = {"memory_probe": [read(3000.0)], "wake_probe": [wake(200.0)]}
+    _gpu_prediction(store, summary={"memory_probe": [read(3300.0)], "wake_probe": [wake(260.0), wake(240.0)]})
+    made = build_report(store, tmp_path / "out")
+    predictions = made.page.read_text().split("<section id='predictions'>")[1].split("</section>")[0]
+    assert "<th>memory pace</th>" in predictions and "<th>compute pace</th>" in predictions
+    assert "<td>x1.10</td><td>x1.25</td>" in predictions
+    assert "within x0.90-1.10 the host was in one phase" in predictions
+    assert re.search(r"compute pace: a one-thread linear 512x64-&gt;256 took another time at the truth than at "
+                     r"the op sweeps \(bert-large b2 ws1 @report-gpu x1.25\)", predictions), predictions
 
 
 def test_sections_without_data_say_not_run_yet_with_the_command():
