@@ -17,7 +17,7 @@ from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 
-SMALL = TrainConfig(max_trials=2, max_epochs=60, patience=60, min_epochs=10)
+SMALL = TrainConfig(max_trials=2, max_epochs=25, patience=25, min_epochs=10)
 PLATFORM = "synthetic-cpu"
 
 
