@@ -55,13 +55,10 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
     if pred.spec_range is not None and fmt != "table":
         low, high = pred.spec_range.bounds(pred.predicted_us)
         summary["range_low_ms"], summary["range_high_ms"] = round(low / 1000, 3), round(high / 1000, 3)
-    if pred.memory_pace is not None:
-        for key, value in ({"memory_pace": _pace(pred, fmt)} if fmt == "table"
-                           else pred.memory_pace.to_json()).items():
-            summary[key] = value
-    if pred.compute_pace is not None and fmt != "table":   # the table says it in a sentence
-        for key, value in pred.compute_pace.to_json().items():
-            summary[key] = value
+    for pace, key in ((pred.memory_pace, "memory_pace"), (pred.compute_pace, "compute_pace")):
+        if pace is not None:
+            for column, value in ({key: _pace(pace, key, fmt)} if fmt == "table" else pace.to_json()).items():
+                summary[column] = value
     if pred.llc_found is not None and fmt != "table":   # the table says it in a note
         summary["llc_found_64mib"] = round(pred.llc_found(64 * 2 ** 20), 4)
         summary["llc_found_source"] = pred.llc_found.source
@@ -99,11 +96,11 @@ def _show(pid: int, pred: Prediction, fmt: str) -> None:
         render(frame.head(15))
 
 
-def _pace(pred: Prediction, fmt: str) -> str | float | None:
-    """The memory-pace cell: 'x1.25' in tables, the ratio (:meth:`MemoryPace.to_json`'s) in csv/json."""
-    if pred.memory_pace is None:
+def _pace(pace: Any, key: str, fmt: str) -> str | float | None:
+    """A memory- or compute-pace cell (``key`` of its ``to_json``): 'x1.25' in tables, the ratio in csv/json."""
+    if pace is None:
         return None
-    return pred.memory_pace.label() if fmt == "table" else pred.memory_pace.to_json()["memory_pace"]
+    return pace.label() if fmt == "table" else pace.to_json()[key]
 
 
 def _range_text(pred: Prediction) -> str:
@@ -294,12 +291,14 @@ def _predict_all(store: Any, request: PredictionRequest, fmt: str) -> list[int]:
         run.summary = {"predictions": len(done), "warnings": warnings}
     ranged = any(pred.spec_range is not None for _, _, pred in done)
     paced = any(pred.memory_pace is not None for _, _, pred in done)
+    computed = any(pred.compute_pace is not None for _, _, pred in done)
     render(pd.DataFrame([{"prediction_id": pid, "workload_run": item.workload_run_id, "trace_set": pred.trace_set_id,
                           "target": pred.target_platform, "predicted_ms": round(pred.predicted_us / 1000, 3),
                           "measured_ms": None if pred.measured_us is None else round(pred.measured_us / 1e3, 3),
                           "error_pct": None if pred.rel_error is None else round(100 * pred.rel_error, 2),
                           **({"range_ms": pred.range_ms} if ranged else {}),
-                          **({"memory_pace": _pace(pred, fmt)} if paced else {})}
+                          **({"memory_pace": _pace(pred.memory_pace, "memory_pace", fmt)} if paced else {}),
+                          **({"compute_pace": _pace(pred.compute_pace, "compute_pace", fmt)} if computed else {})}
                          for item, pid, pred in done]), fmt)
     return [pid for _, pid, _ in done]
 

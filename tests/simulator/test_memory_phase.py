@@ -88,6 +88,8 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
     out = captured.out.splitlines()
     row = next(line for line in out if line.startswith("memory_pace"))
     assert row.split()[-1] == pred.memory_pace.label()
+    row = next(line for line in out if line.startswith("compute_pace"))
+    assert row.split()[-1] == pred.compute_pace.label()
     text = " ".join(out)
     assert f"memory pace {pred.memory_pace.label()}: a 64 MiB read took" in text
     # and its compute pace, from the same runs' compute probes (simulator.compute_phase)
@@ -111,6 +113,15 @@ def test_a_cpu_prediction_carries_the_pace_into_predict_and_its_output(store, cp
             recorded = json.loads(again.query("SELECT summary FROM collection_runs WHERE kind = 'predict' "
                                               "ORDER BY started_at DESC LIMIT 1")["summary"][0])
         assert recorded["llc_found"] == pred.llc_found.to_json()
+    # `predict --all` of the run again (its prediction made stale): both paces are columns of its rows
+    from simulator.semantics import RULES_VERSION
+
+    with Store.open(store.workspace) as again:
+        again.conn.execute("UPDATE predictions SET rules_version = ?", [RULES_VERSION - 1])
+    assert main(["--home", home, "predict", "--all", "--format", "json"]) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out) if r["workload_run"] == truth]
+    assert [(r["memory_pace"], r["compute_pace"]) for r in rows] == [
+        (round(pred.memory_pace.ratio, 4), round(pred.compute_pace.ratio, 4))]
 
 
 def test_the_named_query_gives_each_runs_pace_like_the_module(store):
