@@ -151,6 +151,16 @@ def launch_ranks(request: WorkloadRequest, job: WorkloadJob, env: dict[str, str]
                          user_mistake=exc.user_mistake) from None
 
 
+PROBE_KEYS = ("memory_probe", "wake_probe")   # the probes a rank takes around its iterations
+
+
+def rank0_probes(launches: list[list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Rank 0's probes of every launch, before and after its iterations, per kind: its memory pace and the LLC it
+    found (collectors.memory_probe) and its compute pace (collectors.wake_probe on one thread)."""
+    return {key: [probe for launch in launches for r in launch if r["rank"] == 0 for probe in r.get(key, [])]
+            for key in PROBE_KEYS}
+
+
 def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest,
            launches: list[list[dict[str, Any]]], allocator: dict[str, Any]) -> dict[str, Any]:
     """Write the workload row, every rank's ground truth (``launches``: the ranks' results per launch) and, with
@@ -167,12 +177,7 @@ def _store(store: Store, run_id: str, platform: str, request: WorkloadRequest,
         optimizer=optimizer, repeats=launches[1:])}
     summary["wall_s"] = {f"rank{r['rank']}": {k: round(v, 3) for k, v in r["wall_s"].items()} for r in results}
     summary["info"] = results[0]["info"]
-    # rank 0's memory-pace probes of every launch, before and after its iterations (collectors.memory_probe)
-    summary["memory_probe"] = [probe for launch in launches for r in launch if r["rank"] == 0
-                               for probe in r.get("memory_probe", [])]
-    # and its compute-pace probes (collectors.wake_probe on one thread; simulator.compute_phase)
-    summary["wake_probe"] = [probe for launch in launches for r in launch if r["rank"] == 0
-                             for probe in r.get("wake_probe", [])]
+    summary.update(rank0_probes(launches))
     if request.trace_iters:
         from collectors.traces.ingest import RankTraces, ingest_trace_set
 

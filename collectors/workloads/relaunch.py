@@ -24,7 +24,7 @@ import numpy as np
 
 from collectors.workloads.allocator import allocator_env
 from collectors.workloads.collect import (LAUNCH_TOLERANCE, WorkloadRequest, job_of, launch_ranks, launches_agree,
-                                          run_folder)
+                                          rank0_probes, run_folder)
 from collectors.workloads.ground_truth import summarise
 from collectors.workloads.store_rows import config_hash
 from pmdb.errors import PmdbError
@@ -120,10 +120,7 @@ def relaunch(store: Store, run_id: str, launches: int = 1, min_launches: int | N
                                           for i, t in enumerate(r["times_us"])])
         # rank 0's memory and compute probes of every launch: the LLC and paces the run's truth found include them
         run.summary = {"adds_to": run_id, "name": request.name, "settled": False, "measured_us_before": before,
-                       "memory_probe": [probe for ranks in results for r in ranks if r["rank"] == 0
-                                        for probe in r.get("memory_probe", [])],
-                       "wake_probe": [probe for ranks in results for r in ranks if r["rank"] == 0
-                                      for probe in r.get("wake_probe", [])]}
+                       **rank0_probes(results)}
 
         def update() -> None:   # as the relaunch completes: its launches count from then on
             medians, steps = launch_medians(store, run_id)
