@@ -19,9 +19,9 @@ from pmdb.metrics import gmae
 from pmdb.store import Store
 from collectors.memory_probe import PROBE_BYTES
 from report import checks
-from simulator.compute_phase import compute_pace, pace_brief, price_probes
+from simulator.compute_phase import frame_paces, pace_brief
 from simulator.llc_found import run_found
-from simulator.memory_phase import memory_pace, price_times
+from simulator.memory_phase import frame_memory_paces
 from simulator.wake_loss import wake_warning
 
 WIDTH, HEIGHT = 80, 24
@@ -149,13 +149,10 @@ def summarize(store: Store) -> Summary:
         said = wake_warning(store, platform)
         if said is not None:
             out.warnings.append(said + (f" ({platform})" if several else ""))
-    prices = {p: price_times(store, p) for p in local["platform"].unique()}   # read once per platform
-    sweeps = {p: price_probes(store, p) for p in local["platform"].unique()}
     computed = []
-    for _, row in local.iterrows():
-        pace = memory_pace(store, row["workload_run_id"], row["platform"], prices[row["platform"]])
+    # each platform's sweeps read once; a truth measured on another platform than predicted for has no pace
+    for (_, row), pace, compute in zip(local.iterrows(), frame_memory_paces(store, local), frame_paces(store, local)):
         found = run_found(store, row["workload_run_id"])   # the truth's own probes only
-        compute = compute_pace(store, row["workload_run_id"], row["platform"], sweeps[row["platform"]])
         out.runs.append(RunRow(_label(row, several), row["measured_us"] / 1e3, _optional(row["spread"]),
                                row["predicted_us"] / 1e3, float(row["rel_error"]),
                                _optional(row["baseline_rel_error"]), None if pace is None else pace.ratio,
