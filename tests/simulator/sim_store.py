@@ -54,6 +54,18 @@ def probed_run(store: Store, kind: str, platform: str, probes: list[dict], *, fa
     return run.run_id
 
 
+def probed_truth(store: Store, platform: str, name: str, summary: dict) -> str:
+    """A measured workload run of a one-rank workload ``name`` (truth 1000 µs) whose summary is ``summary`` (its
+    probes, as collect workload stores them); its run id."""
+    with store.run("workload", platform, {}) as run:
+        wid = store.insert_one("workloads", {"family": "other", "name": name, "config": {}, "config_hash": name,
+                                             "batch_size": 8, "world_size": 1}, returning="workload_id")
+        store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": platform,
+                                           "iterations": 5, "warmup": 1, "measured_us": 1000.0})
+        run.summary = summary
+    return run.run_id
+
+
 def telling_probes(count: int, tries: int = 8) -> list[dict]:
     """``count`` real memory probes with the LLC curve whose curve tells an LLC from memory, as predict counts them;
     the test is skipped when ``tries`` probes give fewer (on a host whose LLC serves a process little, the 48 MiB-L3

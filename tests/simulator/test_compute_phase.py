@@ -88,18 +88,14 @@ def test_the_named_query_gives_each_runs_pace_like_the_module(store):
     probes counted with its run's; runs without probes, failed runs and probes of another op are left out."""
     from pathlib import Path
 
+    from sim_store import probed_truth
+
     platforms.ensure_named(store, PLATFORM, device_kind="cpu")
     _run(store, "ops", [_probe(200.0), _probe(220.0), _probe(5.0, op="linear 8x8->8")])
     _run(store, "ops", [_probe(9000.0)], fail=True)
     runs = {}
     for name, probes in (("paced", [_probe(250.0), _probe(260.0)]), ("unprobed", [])):
-        with store.run("workload", PLATFORM, {}) as run:
-            wid = store.insert_one("workloads", {"family": "other", "name": name, "config": {}, "config_hash": name,
-                                                 "batch_size": 8, "world_size": 1}, returning="workload_id")
-            store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": PLATFORM,
-                                               "iterations": 5, "warmup": 1, "measured_us": 1000.0})
-            run.summary = {"wake_probe": probes}
-        runs[name] = run.run_id
+        runs[name] = probed_truth(store, PLATFORM, name, {"wake_probe": probes})
     with store.run("relaunch", PLATFORM, {"adds_to": runs["paced"]}) as run:   # its launches are part of its truth
         run.summary = {"wake_probe": [_probe(300.0), _probe(310.0)]}
     with store.run("relaunch", PLATFORM, {"adds_to": runs["unprobed"]}) as run:
@@ -130,17 +126,13 @@ def test_a_report_frame_paces_only_truths_measured_on_its_platform(store):
     """report.sections' frame: a run predicted for the platform it was measured on gets its pace; the same run
     predicted for another platform, and a row without a run, get none."""
     import pandas as pd
+    from sim_store import probed_truth
 
     platforms.ensure_named(store, PLATFORM, device_kind="cpu")
     _run(store, "ops", [_probe(200.0)])
-    with store.run("workload", PLATFORM, {}) as run:
-        wid = store.insert_one("workloads", {"family": "other", "name": "w", "config": {}, "config_hash": "w",
-                                             "batch_size": 8, "world_size": 1}, returning="workload_id")
-        store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": PLATFORM,
-                                           "iterations": 5, "warmup": 1, "measured_us": 1000.0})
-        run.summary = {"wake_probe": [_probe(300.0)]}
+    truth = probed_truth(store, PLATFORM, "w", {"wake_probe": [_probe(300.0)]})
     frame = pd.DataFrame({"label": ["here", "elsewhere", "imported"],
-                          "workload_run_id": [run.run_id, run.run_id, None],
+                          "workload_run_id": [truth, truth, None],
                           "platform": [PLATFORM, "other-cpu", PLATFORM]})
     paces = frame_paces(store, frame)
     assert paces[0].ratio == 1.5 and paces[1:] == [None, None]

@@ -130,18 +130,14 @@ def test_the_named_query_gives_each_runs_pace_like_the_module(store):
     probes of another size are left out."""
     from pathlib import Path
 
+    from sim_store import probed_truth
+
     platforms.ensure_named(store, PLATFORM, device_kind="cpu")
     _run(store, "ops", [_probe(3000.0), _probe(3200.0), _probe(5.0, nbytes=2 ** 20)])
     _run(store, "ops", [_probe(90000.0)], fail=True)
     runs = {}
     for name, probes in (("paced", [_probe(4000.0), _probe(4400.0)]), ("unprobed", [])):
-        with store.run("workload", PLATFORM, {}) as run:
-            wid = store.insert_one("workloads", {"family": "other", "name": name, "config": {}, "config_hash": name,
-                                                 "batch_size": 8, "world_size": 1}, returning="workload_id")
-            store.insert_one("workload_runs", {"run_id": run.run_id, "workload_id": wid, "platform": PLATFORM,
-                                               "iterations": 5, "warmup": 1, "measured_us": 1000.0})
-            run.summary = {"memory_probe": probes}
-        runs[name] = run.run_id
+        runs[name] = probed_truth(store, PLATFORM, name, {"memory_probe": probes})
     with store.run("relaunch", PLATFORM, {"adds_to": runs["paced"]}) as run:   # its launches are part of its truth
         run.summary = {"memory_probe": [_probe(5000.0), _probe(5200.0)]}
     with store.run("relaunch", PLATFORM, {"adds_to": runs["unprobed"]}) as run:
