@@ -149,9 +149,10 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
              f"{os.getloadavg()[0]:.2f}; whole benchmark {wall_s / 60:.1f} min. Ground truth: NeuSight's labels "
              f"(fw = model call, bw = loss.backward(), step = fw + bw; mean of the 5 fastest of 25). Kernel models "
              f"fitted on the NeuSight kernel tables only (V100: its own tables; L4: cross-GPU models from the five "
-             f"table GPUs and the L4's spec sheet). Host overheads (T1-T5): the default lender, today's host path "
-             f"from the H200 trace (torch 2.11; its profiled host path scaled by the host pace of "
-             f"h200_launch_floor.csv).", "",
+             f"table GPUs and the L4's spec sheet; its fully_connected GEMMs x the lane correction of "
+             f"pmdb/samples/lane_attainment, measured on the H200's GEMMs only). Host overheads (T1-T5): the default "
+             f"lender, today's host path from the H200 trace (torch 2.11; its profiled host path scaled by the host "
+             f"pace of h200_launch_floor.csv).", "",
              "| GPU | run | label fw / bw / step ms | pmdb fw / bw / step ms | fw err | bw err | step err | "
              "NeuSight | Habitat | target | lender | roofline-priced work | unpriced ops |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -183,10 +184,25 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
     lines += ["", *_ranges(results)]
     lines += ["", "## Per-op diagnosis (pmdb's device time per node kind against the label's per-node breakdown; "
               "layer-0 nodes times num_layer; diagnosis only, never fitted on)", "", *diagnoses]
+    lines += ["", "## Earlier runs", "", *[f"- {note}" for note in HISTORY]]
     lines += ["", "Shape-only captures (this machine, wall time of the whole command):", ""]
     lines += [f"- {m} batch {b} seq {s}: {t:.1f} s" for (m, s, b), t in capture_s.items()]
     lines += ["", "Steps:", "", "| command | s |", "|---|---|", *log, ""]
     return "\n".join(lines)
+
+
+HISTORY = [
+    "2026-11-30 19:16 UTC, AMD EPYC (L2 2 MiB, L3 32 MiB), load 1.52, 4.5 min, before the lane correction "
+    "(fitters.cross_gpu.lanes_for; chosen on the H200's back-to-back GEMMs, these labels judged it afterwards): "
+    "the V100 as now, digit for digit; the L4 fw / bw / step 82.5 / 167.6 / 250.1 (-20.9 %), 312.4 / 598.1 / 910.5 "
+    "(-28.6 %), 329.0 / 538.5 / 867.5 ms (-10.3 %), mean |step error| 20.0 %; its GEMMs ~0.6x the labels' per-node "
+    "times in the diagnosis.",
+    "At RULES_VERSION 14: 2026-11-29 00:36 UTC on the Intel Xeon host (L2 4 MiB, L3 480 MiB; 5.4 min) and 10:14 on "
+    "the 48 MiB-L3 Intel host (6.4 min, identical to the 00:36 run): the same figures as the 19:16 run but for the "
+    "V100's bert_large b8, 298.8 / 579.2 / 878.1 ms (+4.4 %), and gpt2_large's bw 409.9 ms: the per-op diagnosis "
+    "puts the differences (<= 0.4 ms) in the V100's element-wise, dropout, softmax and layer-norm backward kernels "
+    "(fitted again there), not in the bmm that rule 15 (a bmm backward's layout on a GPU) touches.",
+]
 
 
 def _ranges(results: list[dict]) -> list[str]:

@@ -60,6 +60,7 @@ from fitters.model import Model
 from fitters.split import split_rows
 from pmdb import metrics, platform as platforms
 from pmdb.errors import PmdbError
+from pmdb.samples import lane_attainment
 from pmdb.store import Store
 
 SPEC_FEATURES = ("fp32_flops", "mem_bw", "sm_count", "cores_per_sm", "clock_mhz", "l2_bytes")
@@ -227,13 +228,15 @@ class CrossGpuModel(Model):
                  max_util: float, gpus: list[str], target: dict[str, Any] | None = None,
                  info: dict[str, Any] | None = None, constants: dict[str, float] | None = None,
                  floors: dict[str, float] | None = None, row_limit: float | None = None,
-                 feature_set: int = FEATURE_SET):
+                 feature_set: int = FEATURE_SET, lanes: dict[str, Any] | None = None):
         self.op, self.dtype, self.param_names = op, dtype, tuple(param_names)
         self.feature_set = int(feature_set)   # 1: saved before the features of FEATURE_SET 2
         self.row_limit = float(row_limit) if row_limit else None   # GEMMs: the largest rows M trained on
         self.estimator, self.max_util, self.gpus = estimator, float(max_util), list(gpus)
         self.target, self.info, self.constants = target, info or {}, dict(constants or {})
         self.floors = {str(k): float(v) for k, v in (floors or {}).items()}
+        # wider SMs than the sources': the measured time multiplier (None: not applied, or saved before it)
+        self.lanes = lane_attainment.LaneAttainment.from_dict(lanes) if lanes else None
 
     @property
     def floor_us(self) -> float:
@@ -250,7 +253,12 @@ class CrossGpuModel(Model):
         known = {k: (None if math.isnan(v) else v) for k, v in sheet.features().items()}   # JSON: no NaN
         target = {"platform": name, **known, "device": sheet.device, "floor_us": self.floor_of(name)}
         return CrossGpuModel(self.op, self.dtype, self.param_names, self.estimator, self.max_util, self.gpus,
-                             target, self.info, self.constants, self.floors, self.row_limit, self.feature_set)
+                             target, self.info, self.constants, self.floors, self.row_limit, self.feature_set,
+                             self.lanes.as_dict() if self.lanes else None)
+
+    def lane_factor(self, lanes: float) -> float:
+        """The time multiplier of a GPU whose SMs have ``lanes`` FP32 lanes (1 where no lane correction applies)."""
+        return self.lanes.factor(float(lanes)) if self.lanes else 1.0
 
     def _floor(self, frame: pd.DataFrame) -> np.ndarray:
         """Each row's GPU floor: a ``floor_us`` column, else the bound GPU's, else the training median."""
@@ -291,7 +299,8 @@ class CrossGpuModel(Model):
         with threadpool_limits(1):
             log_slowdown = self.estimator.predict(x)
         utilisation = np.clip(np.exp(-log_slowdown), 1e-6, self.max_util)
-        return roof / utilisation * chunks
+        widths = _col(specs.reset_index(drop=True), "cores_per_sm", math.nan)
+        return roof / utilisation * chunks * np.array([self.lane_factor(w) for w in widths])
 
     def _chunked(self, params: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
         """GEMMs with more rows than trained on as chunks within the trained rows (:func:`gemm_shapes.chunk_rows`:
@@ -310,6 +319,7 @@ class CrossGpuModel(Model):
                 "gpus": self.gpus, "target": self.target, "hyper": HYPER, "info": self.info,
                 "constants": self.constants, "floors": self.floors, "floor_us": self.floor_us,
                 "row_limit": self.row_limit, "feature_set": self.feature_set,
+                "lanes": self.lanes.as_dict() if self.lanes else None,
                 "features": {"names": _feature_names(self.op, self.param_names, self.feature_set),
                              "target": "ln(t / wave roofline)",
                              "specs": list(REQUIRED_SPECS) + ["l2_bytes"], "op": self.op,
@@ -328,7 +338,8 @@ class CrossGpuModel(Model):
         return cls(config["op"], config["dtype"], tuple(config["params"]), sio.load(path, trusted=sorted(untrusted)),
                    config["max_util"], config["gpus"], config.get("target"), config.get("info"),
                    config.get("constants"), config.get("floors"), config.get("row_limit"),  # None: saved before
-                   config.get("feature_set", 1))   # saved before feature set 2: set 1
+                   config.get("feature_set", 1),   # saved before feature set 2: set 1
+                   config.get("lanes"))            # saved before the lane correction: none
 
 
 # ---- data and fitting ------------------------------------------------------------------------------------------
@@ -400,8 +411,22 @@ def load_data(store: Store, op: str, platforms_: list[str] | None = None, dtype:
                         frame["run_id"].to_numpy())
 
 
-def fit(data: CrossGpuData, seed: int = 0, hyper: dict[str, Any] | None = None) -> CrossGpuModel:
-    """Fit one op's utilisation model on ``data`` (every GPU in it); deterministic for a seed."""
+def lanes_for(op: str, specs: pd.DataFrame, sample: lane_attainment.LaneAttainment | None = None
+              ) -> lane_attainment.LaneAttainment | None:
+    """The lane correction a model of ``op`` trained on GPUs of ``specs`` carries: the shipped sample
+    (:mod:`pmdb.samples.lane_attainment`) where the op is one it was measured for and every source's SMs are known
+    and no wider than the sample's sources' (wider sources teach the trees themselves), else None."""
+    sample = sample or lane_attainment.load()
+    widths = _col(specs, "cores_per_sm", math.nan)
+    if gemm_shapes.GEMM_ALIASES.get(op, op) not in sample.ops or not len(widths) or not np.isfinite(widths).all():
+        return None
+    return sample if widths.max() <= sample.source_lanes_per_sm else None
+
+
+def fit(data: CrossGpuData, seed: int = 0, hyper: dict[str, Any] | None = None, lanes: bool = True
+        ) -> CrossGpuModel:
+    """Fit one op's utilisation model on ``data`` (every GPU in it); deterministic for a seed. ``lanes`` False
+    leaves out the lane correction (:func:`lanes_for`; what measuring that correction needs)."""
     if len(data) < MIN_ROWS:
         raise PmdbError(f"{data.op}: {len(data)} rows on GPUs with specs: too few to fit (need {MIN_ROWS})")
     _check_specs(data.specs, data.op)
@@ -418,9 +443,10 @@ def fit(data: CrossGpuData, seed: int = 0, hyper: dict[str, Any] | None = None) 
         estimator.fit(x, y)
     max_util = float(max(1.0, np.quantile(np.exp(-y), 0.999)))
     row_limit = float(_gemm_dims(data.op, params)[1].max()) if data.op in gemm_shapes.GEMM_ALIASES else None
+    correction = lanes_for(data.op, data.specs) if lanes else None
     return CrossGpuModel(data.op, data.dtype, names, estimator, max_util, sorted(set(data.gpu)),
                          info={"rows": int(len(y)), "seed": seed}, constants=constants, floors=floors,
-                         row_limit=row_limit)
+                         row_limit=row_limit, lanes=correction.as_dict() if correction else None)
 
 
 def held_out(data: CrossGpuData, seed: int = 0) -> dict[str, Any]:
@@ -544,6 +570,8 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
             "max_rows_per_gpu": options.max_rows_per_gpu}
 
     kept: list[str] = []   # names whose earlier champion stays
+    widened: list[str] = []   # ops priced with the lane correction
+    target_lanes = float(sheet.cores_per_sm) if sheet.cores_per_sm else math.nan
 
     def register(record: VersionRecord, model: Model, split: dict[str, Any], started: float, test: str) -> None:
         record.fit_seconds = round(time.monotonic() - started, 3)
@@ -572,6 +600,8 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
             train = data.subset(np.flatnonzero(~own)).sample(options.max_rows_per_gpu, options.seed)
             say(f"{op}: fitting on {len(train)} rows of {', '.join(sorted(set(train.gpu)))}")
             model = fit(train, options.seed).for_gpu(sheet, options.target)
+            if model.lane_factor(target_lanes) != 1.0:
+                widened.append(op)
             if outside:
                 model.info = {**model.info, "sheet_outside": outside}
             if own.any():
@@ -618,6 +648,8 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
                          {"test": "none: no backward timings (priced as the forward GEMMs of the cross-GPU model)",
                           "base": f"{record.name} (cross_gpu)", "id_column": "measurement_id"},
                          time.monotonic(), "none")
+        if widened:
+            notes.append(lane_note(widened, options.target, target_lanes, lane_attainment.load()))
         if kept:
             notes.append(kept_note(kept, options.target))
         run.summary = {"versions": len(results), "sources": sources, "notes": notes}
@@ -625,6 +657,13 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
     frame.attrs["sources"] = sources
     frame.attrs["logo_ratio_spread"] = spreads
     return frame, notes
+
+
+def lane_note(ops: list[str], target: str, lanes: float, sample: lane_attainment.LaneAttainment) -> str:
+    """One line for the ops whose price on ``target`` carries the lane correction."""
+    return (f"{target}'s SMs have {lanes:.0f} FP32 lanes, its sources' {sample.source_lanes_per_sm}: "
+            f"{', '.join(ops)} priced x{sample.factor(lanes):.2f}, what {sample.lanes_per_sm}-lane SMs took over "
+            f"the same models' price ({sample.source})")
 
 
 def kept_note(kept: list[str], target: str, shown: int = 2) -> str:

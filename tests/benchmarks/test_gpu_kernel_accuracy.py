@@ -35,9 +35,12 @@ def test_summary_and_section_say_what_was_priced():
     c = pd.DataFrame({"op": ["fully_connected", "fully_connected", "bmm"],
                       "shape": ["M=1024 K=1024 N=1024", "M=4096 K=4096 N=4096", "B=20 M=1024 N=64 K=1024"],
                       "back_to_back_us": [100.0, 2000.0, 80.0], "single_call_us": [120.0, 2040.0, 95.0],
-                      "priced_us": [80.0, 1500.0, 160.0]})
+                      "held_out_us": [80.0, 1500.0, 160.0], "priced_us": [104.0, 1950.0, 160.0]})
     lines = bench.h200_summary(c)
-    assert lines[0].startswith("fully_connected: 2 shapes") and "median 0.78 (0.75-0.80)" in lines[0]
-    assert lines[1].startswith("bmm: 1 shapes") and "median 2.00" in lines[1]
+    assert lines[0].startswith("fully_connected, held out: 2 shapes") and "median 0.78 (0.75-0.80)" in lines[0]
+    assert lines[1].startswith("fully_connected, priced: 2 shapes") and "median 1.01 (0.97-1.04)" in lines[1]
+    assert lines[2].startswith("bmm, held out: 1 shapes") and "median 2.00" in lines[2]
+    assert lines[3] == "bmm: no lane correction (priced as held out)"
     table = bench.h200_table(c)
-    assert "| bmm | B=20 M=1024 N=64 K=1024 | 80.0 | 95.0 | 160.0 | 2.0 |" in table
+    assert "| bmm | B=20 M=1024 N=64 K=1024 | 80.0 | 95.0 | 160.0 | 2.0 | 160.0 | 2.0 |" in table
+    assert "| fully_connected | M=1024 K=1024 N=1024 | 100.0 | 120.0 | 80.0 | 0.8 | 104.0 | 1.04 |" in table

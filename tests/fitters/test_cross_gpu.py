@@ -18,6 +18,7 @@ from fitters import cross_gpu, gemm_shapes
 from fitters.load import load_model
 from pmdb.cli import fit as cli_fit, fit_cross_gpu
 from pmdb.config import Workspace
+from pmdb.samples import lane_attainment
 from pmdb.store import Store
 
 from .conftest import cli, one_line_error
@@ -199,7 +200,9 @@ def test_spec_only_target_roundtrip_through_the_registry(gpu_ws):
     # the L4's sheet beyond the three sources': said once, and stored with every version
     assert notes == ["l4's sheet lies outside its sources' span: FP32 rate 31.3 TFLOP/s (sources 5.7-14), FP32 "
                      "per byte 104 FLOP/B (sources 15.6-29.7), FP32 lanes per SM 128 (sources 64), L2 48 MiB "
-                     "(sources 2-6); its kernels are priced beyond what the sources showed"]
+                     "(sources 2-6); its kernels are priced beyond what the sources showed",
+                     "l4's SMs have 128 FP32 lanes, its sources' 64: fully_connected priced x1.30, what 128-lane SMs "
+                     "took over the same models' price (H200 GEMMs back to back, pmdb/samples/lane_attainment)"]
     assert versions["name"].tolist() == ["fully_connected.bwd.device~l4", "fully_connected.fwd.device~l4",
                                          "layer_norm.fwd.device~l4"]
     fwd = versions[versions["pass"] == "fwd"]
@@ -220,6 +223,12 @@ def test_spec_only_target_roundtrip_through_the_registry(gpu_ws):
     assert loaded.floors == pytest.approx(floors)     # L4's floor is unknowable: the sources' median
     assert loaded.target["floor_us"] == pytest.approx(np.median(list(floors.values())))
     np.testing.assert_allclose(loaded.predict(frame), fresh.predict(frame))
+    # the L4's 128-lane SMs: the shipped factor over what the same trees price without it, saved with the version
+    sample = lane_attainment.load()
+    assert loaded.lanes == sample and loaded.config()["lanes"] == sample.as_dict()
+    bare = cross_gpu.fit(data, seed=0, lanes=False).for_gpu(sheet, "l4")
+    np.testing.assert_allclose(loaded.predict(frame), bare.predict(frame) * sample.time_factor)
+    assert load_model(gpu_ws, "layer_norm.fwd.device~l4", "champion").lanes is None   # no lane-bound op
     backward = load_model(gpu_ws, "fully_connected.bwd.device~l4", "champion")
     assert backward.bounds == {"M": data.params["M"].max(), "N": data.params["N"].max()}
     expected = sum(fresh.predict(gemm_shapes.orient(part, backward.bounds))
