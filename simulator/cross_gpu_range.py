@@ -35,6 +35,7 @@ class SpecRange:
     per_gpu: dict[str, float] = field(default_factory=dict)
     priced_share: float = 0.0
     outside: dict[str, list[float]] = field(default_factory=dict)   # the target's sheet beyond its sources' span
+    lanes: dict[str, float] = field(default_factory=dict)   # op -> the lane correction its price carries
 
     def bounds(self, predicted_us: float) -> tuple[float, float]:
         """(low, high) µs: the prediction and every held-out GPU's step."""
@@ -59,7 +60,17 @@ class SpecRange:
                                "priced_share": round(self.priced_share, 4)}
         if self.outside:
             out["sheet_outside"] = self.outside
+        if self.lanes:
+            out["lane_factor"] = {op: round(f, 4) for op, f in sorted(self.lanes.items())}
         return out
+
+    def lanes_text(self) -> str:
+        """'' or which ops' prices carry the lane correction, and by how much."""
+        if not self.lanes:
+            return ""
+        ops = ", ".join(f"{op} x{f:.2f}" for op, f in sorted(self.lanes.items()))
+        return (f"its SMs are wider than the sources', so these are priced by what wider SMs were measured to take "
+                f"over the same models' price (the lane correction, pmdb/samples/lane_attainment): {ops}")
 
 
 def _stored(model: Any, key: str) -> Any:
@@ -82,6 +93,18 @@ def outside_of(model: Any) -> dict[str, list[float]]:
     (:func:`fitters.cross_gpu.sheet_outside`; {} when none, or when fitted before they were stored)."""
     stored = _stored(model, "sheet_outside")
     return {} if stored is None else {str(k): [float(x) for x in v] for k, v in stored.items()}
+
+
+def lanes_of(model: Any) -> dict[str, float]:
+    """{op: factor} of the lane correction a cross-GPU model bound to a GPU (or the forward model a backward
+    version wraps) prices that GPU with; {} when none applies (:meth:`fitters.cross_gpu.CrossGpuModel.lane_factor`)."""
+    for candidate in (model, getattr(model, "base", None)):
+        target = getattr(candidate, "target", None)
+        if getattr(candidate, "lanes", None) and isinstance(target, dict):
+            width = target.get("cores_per_sm")
+            factor = candidate.lane_factor(float("nan") if width is None else float(width))
+            return {candidate.op: factor} if factor != 1.0 else {}
+    return {}
 
 
 def factors(models: ModelSet, priced_by: Mapping[int, str]) -> dict[str, dict[int, float]]:
@@ -114,7 +137,9 @@ def spec_range(models: ModelSet, priced_by: Mapping[int, str], times_us: Mapping
     total = sum(times_us.values())
     share = sum(times_us.get(key, 0.0) for key in moved) / total if total > 0 else 0.0
     outside: dict[str, list[float]] = {}
+    lanes: dict[str, float] = {}
     for ref in models.kernels.values():
-        if ref.family in RATIO_FAMILIES and not outside:
-            outside = outside_of(ref.model)
-    return SpecRange({gpu: float(step_of(f)) for gpu, f in sorted(per_gpu.items())}, float(share), outside)
+        if ref.family in RATIO_FAMILIES:
+            outside = outside or outside_of(ref.model)
+            lanes.update(lanes_of(ref.model))
+    return SpecRange({gpu: float(step_of(f)) for gpu, f in sorted(per_gpu.items())}, float(share), outside, lanes)

@@ -113,7 +113,8 @@ def _range_text(pred: Prediction) -> str:
             f"GPU drawn like these {len(span.per_gpu)} would fall within their span about "
             f"{len(span.per_gpu) - 1} times in {len(span.per_gpu) + 1}"
             + (f"; but its sheet lies outside theirs ({span.outside_text()}), so it is not drawn like them: "
-               f"the range is a guide, not a bound" if span.outside else ""))
+               f"the range is a guide, not a bound" if span.outside else "")
+            + (f"; {span.lanes_text()}" if span.lanes else ""))
 
 
 def predict(ctx: typer.Context,

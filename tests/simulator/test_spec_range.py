@@ -13,6 +13,7 @@ import pytest
 from harness import SHARED_DATA
 from pmdb.cli.main import main
 from pmdb.config import Workspace
+from pmdb.samples import lane_attainment
 from pmdb.store import Store
 from pmdb.traces.from_store import load_graphs
 from simulator import cross_gpu_range
@@ -95,6 +96,11 @@ def test_the_range_is_stored_printed_and_built_from_the_held_out_ratios(on_l4, c
            "15.6-29.7), FP32 lanes per SM 128 (sources 64), L2 48 MiB (sources 2-6)), so it is not drawn like " \
            "them: the range is a guide, not a bound" in text
     assert detail["sheet_outside"]["flop_per_byte"] == pytest.approx([31334 / 300, 14029 / 900, 5699 / 192])
+    # the L4's 128-lane SMs: its GEMMs carry the lane correction, said and stored; add does not
+    factor = lane_attainment.load().time_factor
+    assert detail["lane_factor"] == {"fully_connected": pytest.approx(factor, abs=1e-4)}
+    assert ("so these are priced by what wider SMs were measured to take over the same models' price (the lane "
+            f"correction, pmdb/samples/lane_attainment): fully_connected x{factor:.2f}") in text
 
     assert main(["--home", str(on_l4.home), "predict", "--trace-set", "1", "--target-platform", "l4",
                  "--format", "json"]) == 0
