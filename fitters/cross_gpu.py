@@ -28,7 +28,12 @@ For each row (µs, FLOP, bytes):
    roofline holds; a little above where a working set that fits in L2 beats DRAM bandwidth, or where cuDNN's
    Winograd/FFT convolutions do fewer FLOPs than the direct count);
 5. a GEMM with more rows than any trained on is priced as k = ceil(M / M_max) chunks within them
-   (:func:`fitters.gemm_shapes.chunk_rows`): its time grows with its waves, where the trees alone stay flat.
+   (:func:`fitters.gemm_shapes.chunk_rows`): its time grows with its waves, where the trees alone stay flat;
+6. a fully_connected model trained on SMs no wider than 64 FP32 lanes (every NeuSight table GPU) prices a GPU of
+   wider SMs times the shipped lane correction (:mod:`pmdb.samples.lane_attainment`: x1.30 at 128 lanes, measured
+   on an H200's GEMMs timed back to back): with 32 lanes per warp scheduler an FFMA must issue every clock to hold
+   the sheet's rate, so a GEMM's other instructions cost FMA throughput, which no 64-lane table shows
+   (:func:`lanes_for`; saved with the version, so a version prices as it did when registered).
 
 What transfers and what does not (benchmarks/results/gpu_kernel_accuracy.md): the utilisation of large kernels
 transfers within ~10-20 %; the floor of small kernels does not, so floor-dominated ops of an unseen GPU are off by
@@ -649,7 +654,7 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
                           "base": f"{record.name} (cross_gpu)", "id_column": "measurement_id"},
                          time.monotonic(), "none")
         if widened:
-            notes.append(lane_note(widened, options.target, target_lanes, lane_attainment.load()))
+            notes.append(lane_note(widened, options.target, target_lanes, model.lanes or lane_attainment.load()))
         if kept:
             notes.append(kept_note(kept, options.target))
         run.summary = {"versions": len(results), "sources": sources, "notes": notes}
