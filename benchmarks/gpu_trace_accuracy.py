@@ -279,7 +279,8 @@ def render(tset: dict, import_s: float, imported: str, replay: dict, cross: dict
            wall_s: float, fitted: list[dict], skipped: list[str], per_shape: list[dict] | None = None) -> str:
     """The Markdown results file."""
     rows = [("replay (every time from the trace)", replay, "the profiled iteration", TARGETS["replay"]),
-            ("model, cross-GPU models (not fitted on this trace)", cross, "unprofiled", TARGETS["cross-gpu"]),
+            ("model, cross-GPU models (not fitted on this trace; GEMMs x the lane correction, measured on this "
+             "GPU's back-to-back GEMMs)", cross, "unprofiled", TARGETS["cross-gpu"]),
             ("model, kernels mined from this trace (IN-SAMPLE; `--kernels measured`, the default)", insample,
              "unprofiled", TARGETS["mined"]),
             ("model, models fitted on the mined rows (IN-SAMPLE; `--kernels models`)", by_models, "unprofiled",
