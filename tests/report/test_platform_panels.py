@@ -14,7 +14,7 @@ from simulator.cross_gpu_range import SpecRange
 from simulator.engine import TimedOp, simulate
 from simulator.semantics import COMPUTE, SyncHost
 from simulator.store_rows import Prediction, store_prediction
-from tests.report.test_report import PLATFORM, small_store  # noqa: F401  (fixture)
+from tests.report.test_report import PLATFORM, small_store, small_store_template  # noqa: F401  (fixtures)
 
 GPU = "report-gpu"
 

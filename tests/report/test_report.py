@@ -17,6 +17,8 @@ from fitters import collective
 from fitters.evaluate import error_histogram
 from pmdb import platform as platforms
 from pmdb.cli.main import main
+from pmdb.config import Workspace
+from pmdb.store import Store
 from report import checks
 from report.build import SECTION_IDS, build_report
 from report.figures import series_of
@@ -77,12 +79,35 @@ def _prediction(store, wid: int, label: str, predicted: float, measured: float |
         return store_prediction(store, run.run_id, pred)
 
 
+@pytest.fixture(scope="session")
+def small_store_template(tmp_path_factory, empty_workspace) -> tuple[Workspace, int]:
+    """(workspace, study id) of :func:`small_store`, built once per test run (shared by the workers,
+    :func:`harness.built_once`; about 1.6 s of CPU, a copy a few milliseconds). Read only: tests copy it."""
+    from harness import built_once, copy_workspace
+
+    def build(folder: Path) -> None:
+        ws = Workspace(copy_workspace(empty_workspace.home, folder / "ws"))
+        with Store.open(ws) as store:
+            (folder / "study").write_text(str(_fill_small_store(store, ws)))
+    folder = built_once(tmp_path_factory, "report_small_store", build)
+    return Workspace(folder / "ws"), int((folder / "study").read_text())
+
+
 @pytest.fixture
-def small_store(store, workspace):
+def small_store(tmp_path, small_store_template):
+    """(store, study id): this test's own copy of :func:`small_store_template`, opened."""
+    from harness import copy_workspace
+
+    template, study = small_store_template
+    with Store.open(Workspace(copy_workspace(template.home, tmp_path / "ws"))) as store:
+        yield store, study
+
+
+def _fill_small_store(store, workspace) -> int:
     """Kernel models (two names, two families each; one scatter artifact on disk), collectives (all_to_all fitted
     with all_to_allv test points, all_gather with a jumping model, reduce_scatter points only), three DLRM plans
     (two predicted within 0.5% but measured 26% apart), one transformer run the baseline predicts better, one
-    validated sharding study."""
+    validated sharding study: written into ``store`` (of ``workspace``); the study id."""
     platforms.ensure_named(store, PLATFORM, device_kind="cpu")
     rng = np.random.default_rng(3)
     sizes = 2.0 ** np.arange(4, 24)
@@ -130,7 +155,7 @@ def small_store(store, workspace):
              "measured_us": m, "prediction_id": preds[s], "predict_s": 0.7}
             for k, (s, p, m) in enumerate((("size_greedy", 900.0, 950.0), ("lookup_greedy", 902.0, 1200.0),
                                            ("naive", 1100.0, 1000.0)), 1)])
-    return store, study
+    return study
 
 
 def _section(page: str, key: str) -> str:
