@@ -17,7 +17,9 @@ from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 
-SMALL = TrainConfig(max_trials=2, max_epochs=25, patience=25, min_epochs=10)
+from harness import copy_workspace
+
+SMALL = TrainConfig(max_trials=2, max_epochs=10, patience=10, min_epochs=5)   # two candidates: still a search
 PLATFORM = "synthetic-cpu"
 
 
@@ -26,6 +28,14 @@ def _workspace(tmp_path_factory, template, name: str) -> Workspace:
     Store.open(ws, create=True).close()
     shutil.copy(template.mlflow_db, ws.mlflow_db)
     return ws
+
+
+def _filled_twice(tmp_path_factory, template, synthetic) -> tuple[Workspace, Workspace]:
+    """Two workspaces holding the same :func:`_fill` rows (the second a copy of the first, made before any fit)."""
+    one = _workspace(tmp_path_factory, template, "jobs1")
+    with Store.open(one) as store:
+        _fill(store, synthetic)
+    return one, Workspace(copy_workspace(one.home, tmp_path_factory.mktemp("jobs2") / "ws"))
 
 
 def _fill(store, synthetic) -> None:
@@ -45,10 +55,7 @@ def _fit(ws: Workspace, jobs: int):
 
 
 def test_two_jobs_register_what_one_does(tmp_path_factory, mlflow_template, synthetic):
-    one, two = (_workspace(tmp_path_factory, mlflow_template, f"jobs{j}") for j in (1, 2))
-    for ws in (one, two):
-        with Store.open(ws) as store:
-            _fill(store, synthetic)
+    one, two = _filled_twice(tmp_path_factory, mlflow_template, synthetic)
     (serial, _), (pooled, _) = _fit(one, 1), _fit(two, 2)
     assert (pooled["family"].isin(["mlp", "gbdt"])).sum() >= POOL_MIN_TASKS   # the pool was used
     columns = ["name", "version", "family", "test_gmae", "test_mape", "n_train", "n_test", "champion"]
