@@ -41,9 +41,10 @@ def write_slice(gpu_dir: str, op: str, out: Path, rows: int, seed: int = 0) -> P
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory, mlflow_template) -> tuple[Workspace, str]:
-    """V100 slices imported with the V100 sheet, then `pmdb fit --platform v100 --all` with a tiny budget, its searches
-    in this process (``--jobs 1``: the same versions as worker processes give, tests/fitters/test_fit_pool.py, without
-    starting two that import torch and scikit-learn)."""
+    """V100 slices imported with the V100 sheet, then `pmdb fit --platform v100 --all` with a tiny budget and one
+    candidate per search (30 epochs for the mlp: what the 3 s cap left of the default searches on a loaded host), its
+    searches in this process (``--jobs 1``: the same versions as worker processes give, tests/fitters/test_fit_pool.py,
+    without starting two that import torch and scikit-learn)."""
     if not NEUSIGHT.is_dir():
         pytest.skip(f"shared data not present at {SHARED}")
     root = tmp_path_factory.mktemp("gpufit")
@@ -54,8 +55,8 @@ def fitted(tmp_path_factory, mlflow_template) -> tuple[Workspace, str]:
         write_slice(V100, op, root / "v100", rows, seed=i)
     assert cli(ws.home, "platform-specs", NEUSIGHT / "device_configs" / f"{V100}.json", "--name", "v100")[0] == 0
     assert cli(ws.home, "collect", "import-ops", root / "v100", "--format", "neusight", "--platform", "v100")[0] == 0
-    code, out, err = cli(ws.home, "fit", "--platform", "v100", "--all", "--budget-minutes", "0.05", "--jobs", "1",
-                         "--no-progress")
+    code, out, err = cli(ws.home, "fit", "--platform", "v100", "--all", "--trials", "1", "--max-epochs", "30",
+                         "--budget-minutes", "0.05", "--jobs", "1", "--no-progress")
     assert code == 0, err
     return ws, out
 
