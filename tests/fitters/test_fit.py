@@ -18,7 +18,7 @@ from pmdb.config import Workspace
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 
-TINY = TrainConfig(max_trials=1, max_epochs=400, patience=150)
+TINY = TrainConfig(max_trials=1, max_epochs=100, patience=50)
 PLATFORM = "synthetic-cpu"
 FC = f"fully_connected.fwd.cold~{PLATFORM}"
 EMB = f"embedding_lookup.fwd.fbgemm_tbe.cold~{PLATFORM}"
