@@ -19,9 +19,10 @@ demo: $(STAMP)
 	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/pmdb quickstart
 
 # Two workers; each test module (and each expensive shared workspace's tests) on one of them, slow ones first
-# (tests/conftest.py orders them).
+# (tests/conftest.py orders them). Bytecode is cached even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE): each worker and each pmdb process a test starts would compile the project again.
 test: $(STAMP)
-	MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
+	PYTHONDONTWRITEBYTECODE= MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true $(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
 
 clean:
 	rm -rf $(VENV) pmdb-workspace

@@ -33,7 +33,9 @@ class Child:
     """A running `pmdb` child process whose stderr (tqdm progress included) is read as it comes."""
 
     def __init__(self, args: list[str], **popen: object):
-        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+        # no bytecode written: a child under a file-size limit (disk full) would leave truncated .pyc files in the
+        # checkout (importlib does not check a short write), and every later import of that module would fail
+        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "PYTHONDONTWRITEBYTECODE": "1"}
         own = popen.pop("preexec_fn", None)   # a test's own set-up in the child (e.g. a disk-full mount)
 
         def before_exec() -> None:

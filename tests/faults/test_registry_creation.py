@@ -31,7 +31,8 @@ def _half_migrated(path: Path) -> None:
     """A mlflow.db as MLflow's own migration leaves it when the disk fills midway (a real MLflow process)."""
     code = (f"from mlflow import MlflowClient\nuri = 'sqlite:///{path}'\n"
             "MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments(max_results=1)\n")
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true",
+           "PYTHONDONTWRITEBYTECODE": "1"}   # as faults.conftest.Child: no truncated .pyc under the size limit
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
                           preexec_fn=_limit_file_size)
     assert done.returncode != 0 and path.is_file(), done.stderr[-500:]
