@@ -500,6 +500,7 @@ class CrossGpuOptions:
     max_rows_per_gpu: int | None = None   # subsample each source GPU's rows (seeded) to bound the fit time
     logo: bool = True                 # score a spec-only target by leave-one-GPU-out over the sources
     promote: bool = False             # make this fit's versions the champions even where a name has one
+    lanes: bool = True                # the lane correction where it applies (:func:`lanes_for`)
     progress: Callable[[str], None] | None = None
 
 
@@ -572,7 +573,7 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
     spreads: dict[str, tuple[float, float]] = {}   # op -> (lowest, highest) held-out measured / predicted
     say = options.progress or (lambda _message: None)
     args = {"target": options.target, "ops": ops, "sources": sources, "seed": options.seed,
-            "max_rows_per_gpu": options.max_rows_per_gpu}
+            "max_rows_per_gpu": options.max_rows_per_gpu, "lane_correction": options.lanes}
 
     kept: list[str] = []   # names whose earlier champion stays
     widened: list[str] = []   # ops priced with the lane correction
@@ -594,7 +595,7 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
                         "seconds": round(time.monotonic() - started, 1), "champion": promoted})
 
     command = f"pmdb fit cross-gpu --target {options.target}" + "".join(f" --op {o}" for o in options.ops or []) \
-        + "".join(f" --source {g}" for g in sources)
+        + "".join(f" --source {g}" for g in sources) + ("" if options.lanes else " --no-lane-correction")
     with store.run("fit-cross-gpu", options.target, args) as run, \
             registry.parent_run(options.target, command, run.run_id):  # the versions' runs nest in one MLflow run
         for op in ops:
@@ -604,7 +605,7 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
             own = data.gpu == options.target
             train = data.subset(np.flatnonzero(~own)).sample(options.max_rows_per_gpu, options.seed)
             say(f"{op}: fitting on {len(train)} rows of {', '.join(sorted(set(train.gpu)))}")
-            model = fit(train, options.seed).for_gpu(sheet, options.target)
+            model = fit(train, options.seed, lanes=options.lanes).for_gpu(sheet, options.target)
             if model.lane_factor(target_lanes) != 1.0:
                 widened.append(op)
             if outside:

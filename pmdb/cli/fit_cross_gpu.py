@@ -27,6 +27,9 @@ def cross_gpu(ctx: typer.Context,
               seed: int = typer.Option(0, "--seed", help="Seed of the sample and the boosted trees."),
               promote: bool = typer.Option(False, "--promote", help="Make this fit's versions the champions, also "
                                            "where a name has one (an earlier fit's, or the target's own)."),
+              lanes: bool = typer.Option(True, "--lane-correction/--no-lane-correction", help="Price the GEMMs of a "
+                                         "target with wider SMs than its sources' by what such SMs were measured to "
+                                         "take (pmdb/samples/lane_attainment; x1.30 at 128 FP32 lanes per SM)."),
               progress: bool = typer.Option(True, "--progress/--no-progress", help="Print what is being fitted.")
               ) -> None:
     """Register cross-GPU kernel models on a GPU known only by its spec sheet (see HELP)."""
@@ -37,7 +40,7 @@ def cross_gpu(ctx: typer.Context,
     report = (lambda message: typer.echo(f"cross-gpu: {message}", err=True)) if progress else None
     options = CrossGpuOptions(target=target, ops=list(op) if op else None, sources=list(source) if source else None,
                               seed=seed, max_rows_per_gpu=max_rows, logo=logo, progress=report,
-                              promote=promote)
+                              promote=promote, lanes=lanes)
     with open_store(ctx) as store:
         platforms.load(store, target, hint=f"register one with `pmdb platform-specs FILE --name {target}`")
         results, notes = fit_for_target(store, workspace(ctx), options)

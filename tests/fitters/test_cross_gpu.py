@@ -297,6 +297,27 @@ def test_cli_registers_versions_for_a_spec_only_gpu(gpu_ws):
         assert store.scalar("SELECT status FROM collection_runs WHERE kind = 'fit-cross-gpu'") == "completed"
 
 
+def test_cli_says_the_lane_correction_and_leaves_it_out_when_asked(gpu_ws):
+    args = ("fit", "cross-gpu", "--target", "l4", "--op", "fully_connected", "--no-logo", "--no-progress",
+            "--max-rows", "60")
+    code, _, err = cli(gpu_ws.home, *args)
+    assert code == 0, err
+    said = " ".join(err.split())
+    assert "pmdb: note: l4's SMs have 128 FP32 lanes, its sources' 64: fully_connected priced x1.30" in said
+    with_lanes = load_model(gpu_ws, "fully_connected.fwd.device~l4", "champion")
+    code, _, err = cli(gpu_ws.home, *args, "--no-lane-correction", "--promote")
+    assert code == 0, err
+    assert "128 FP32 lanes" not in " ".join(err.split())
+    without = load_model(gpu_ws, "fully_connected.fwd.device~l4", "champion")
+    assert with_lanes.lanes == lane_attainment.load() and without.lanes is None
+    rows = pd.DataFrame({"B": [1.0, 1.0], "M": [1024.0, 4096.0], "N": [1024.0, 4096.0], "K": [1024.0, 1024.0]})
+    np.testing.assert_allclose(with_lanes.predict(rows), without.predict(rows) * with_lanes.lanes.time_factor)
+    with Store.open(gpu_ws, read_only=True) as store:
+        flags = store.query("SELECT CAST(args->>'lane_correction' AS VARCHAR) AS lanes FROM collection_runs "
+                            "WHERE kind = 'fit-cross-gpu' ORDER BY started_at")["lanes"].tolist()
+    assert flags == ["true", "false"]
+
+
 @pytest.mark.parametrize("args, pattern", [
     (["--target", "h100"], r"unknown platform 'h100' \(known: .*l4.*; register one with `pmdb platform-specs FILE "
                            r"--name h100`\)"),
