@@ -27,6 +27,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from collectors import gpu_specs  # noqa: E402
 from fitters import cross_gpu  # noqa: E402
+from gpu_kernel_accuracy import DEVICE_BOUND_US, parse_shape  # noqa: E402
+from pmdb import metrics  # noqa: E402
 from pmdb.config import Workspace  # noqa: E402
 from pmdb.samples import lane_attainment  # noqa: E402
 from pmdb.store import Store  # noqa: E402
@@ -38,15 +40,13 @@ TABLE_GPUS = {"tesla-p4": "Tesla_P4", "tesla-p100-pcie-16gb": "Tesla_P100-PCIE-1
 H200_SHEET = Path("gpu_kernels") / "device_configs_extra" / "NVIDIA_H200.json"
 BACK_TO_BACK = Path("gpu_kernels") / "h200_launch_floor.csv"
 OPS = {"linear": "fully_connected"}   # the file's op name -> pmdb's
-DEVICE_BOUND_US = 60.0   # back to back, a GEMM under this is the host's dispatch (33-41 µs on that H200), not its work
 SEED = 0
 _COMMANDS = Commands("make_lane_sample")
 
 
 def gemm_params(shapes: pd.Series) -> pd.DataFrame:
     """'M=1024 K=4096 N=1024' -> columns M, K, N (K the reduction) and B = 1."""
-    rows = [{k: float(v) for k, v in (part.split("=", 1) for part in text.split())} for text in shapes]
-    return pd.DataFrame(rows).assign(B=1.0)
+    return pd.DataFrame([parse_shape(text) for text in shapes]).assign(B=1.0)
 
 
 def priced(store: Store, op: str, params: pd.DataFrame, sheet: gpu_specs.GpuSheet) -> np.ndarray:
@@ -56,11 +56,12 @@ def priced(store: Store, op: str, params: pd.DataFrame, sheet: gpu_specs.GpuShee
     return model.predict(params.assign(**features))
 
 
-def leave_one_out(ratio: np.ndarray) -> float:
-    """GMAE % of each shape priced with the factor (geometric mean) of the other shapes."""
-    logs = np.log(ratio)
-    errors = [abs(np.exp(logs[i] - np.delete(logs, i).mean()) - 1) for i in range(len(logs))]
-    return float(100 * np.exp(np.mean(np.log(np.array(errors) + 4e-4))))
+def leave_one_out(priced_us: np.ndarray, measured_us: np.ndarray) -> float:
+    """GMAE % (:func:`pmdb.metrics.gmae`) of each shape priced with the factor (geometric mean of measured over
+    priced) of the other shapes."""
+    logs = np.log(measured_us / priced_us)
+    factors = np.exp([np.delete(logs, i).mean() for i in range(len(logs))])
+    return 100 * metrics.gmae(priced_us * factors, measured_us)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,12 +97,13 @@ def main(argv: list[str] | None = None) -> int:
                     shapes.append({"op": op, "shape": shape, "back_to_back_us": round(float(measured), 2),
                                    "priced_us": round(float(price), 2), "ratio": round(float(measured / price), 4)})
     ratio = np.array([s["ratio"] for s in shapes])
+    priced_us, measured_us = (np.array([s[k] for s in shapes]) for k in ("priced_us", "back_to_back_us"))
     factor = float(np.exp(np.log(ratio).mean()))
     sample = lane_attainment.LaneAttainment(int(sheet.cores_per_sm), int(source_lanes), tuple(OPS.values()), round(factor, 4),
                                             "H200 GEMMs back to back, pmdb/samples/lane_attainment")
     document = {**sample.as_dict(),
                 "spread": [float(ratio.min()), float(ratio.max())],
-                "leave_one_shape_out_gmae_pct": round(leave_one_out(ratio), 2),
+                "leave_one_shape_out_gmae_pct": round(leave_one_out(priced_us, measured_us), 2),
                 "shapes": shapes,
                 "provenance": {
                     "measured": f"{BACK_TO_BACK} of the shared data: an NVIDIA H200, torch 2.11, fp32 (TF32 off), "

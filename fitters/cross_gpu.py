@@ -304,8 +304,10 @@ class CrossGpuModel(Model):
         with threadpool_limits(1):
             log_slowdown = self.estimator.predict(x)
         utilisation = np.clip(np.exp(-log_slowdown), 1e-6, self.max_util)
-        widths = _col(specs.reset_index(drop=True), "cores_per_sm", math.nan)
-        return roof / utilisation * chunks * np.array([self.lane_factor(w) for w in widths])
+        times = roof / utilisation * chunks
+        if self.lanes:   # each row's GPU by its own SM width
+            times = times * np.array([self.lanes.factor(w) for w in _col(specs, "cores_per_sm", math.nan)])
+        return times
 
     def _chunked(self, params: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
         """GEMMs with more rows than trained on as chunks within the trained rows (:func:`gemm_shapes.chunk_rows`:
@@ -416,12 +418,11 @@ def load_data(store: Store, op: str, platforms_: list[str] | None = None, dtype:
                         frame["run_id"].to_numpy())
 
 
-def lanes_for(op: str, specs: pd.DataFrame, sample: lane_attainment.LaneAttainment | None = None
-              ) -> lane_attainment.LaneAttainment | None:
+def lanes_for(op: str, specs: pd.DataFrame) -> lane_attainment.LaneAttainment | None:
     """The lane correction a model of ``op`` trained on GPUs of ``specs`` carries: the shipped sample
     (:mod:`pmdb.samples.lane_attainment`) where the op is one it was measured for and every source's SMs are known
     and no wider than the sample's sources' (wider sources teach the trees themselves), else None."""
-    sample = sample or lane_attainment.load()
+    sample = lane_attainment.load()
     widths = _col(specs, "cores_per_sm", math.nan)
     if gemm_shapes.GEMM_ALIASES.get(op, op) not in sample.ops or not len(widths) or not np.isfinite(widths).all():
         return None
@@ -577,6 +578,7 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
 
     kept: list[str] = []   # names whose earlier champion stays
     widened: list[str] = []   # ops priced with the lane correction
+    correction: lane_attainment.LaneAttainment | None = None   # the one they carry
     target_lanes = float(sheet.cores_per_sm) if sheet.cores_per_sm else math.nan
 
     def register(record: VersionRecord, model: Model, split: dict[str, Any], started: float, test: str) -> None:
@@ -608,6 +610,7 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
             model = fit(train, options.seed, lanes=options.lanes).for_gpu(sheet, options.target)
             if model.lane_factor(target_lanes) != 1.0:
                 widened.append(op)
+                correction = model.lanes
             if outside:
                 model.info = {**model.info, "sheet_outside": outside}
             if own.any():
@@ -654,8 +657,8 @@ def fit_for_target(store: Store, workspace: Any, options: CrossGpuOptions) -> tu
                          {"test": "none: no backward timings (priced as the forward GEMMs of the cross-GPU model)",
                           "base": f"{record.name} (cross_gpu)", "id_column": "measurement_id"},
                          time.monotonic(), "none")
-        if widened:
-            notes.append(lane_note(widened, options.target, target_lanes, model.lanes or lane_attainment.load()))
+        if widened and correction is not None:
+            notes.append(lane_note(widened, options.target, target_lanes, correction))
         if kept:
             notes.append(kept_note(kept, options.target))
         run.summary = {"versions": len(results), "sources": sources, "notes": notes}

@@ -93,6 +93,9 @@ def test_the_shipped_factor_is_the_geometric_mean_of_its_measured_shapes():
     assert document["spread"] == pytest.approx([shapes["ratio"].min(), shapes["ratio"].max()])
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from make_lane_sample import leave_one_out
-    assert document["leave_one_shape_out_gmae_pct"] == pytest.approx(leave_one_out(shapes["ratio"].to_numpy()),
-                                                                     abs=0.01)
-    assert leave_one_out(np.array([1.2, 1.2, 1.2])) < 0.05             # one factor fits equal ratios
+    priced, measured = shapes["priced_us"].to_numpy(), shapes["back_to_back_us"].to_numpy()
+    assert document["leave_one_shape_out_gmae_pct"] == pytest.approx(leave_one_out(priced, measured), abs=0.01)
+    assert leave_one_out(np.array([10.0, 20.0, 30.0]), np.array([12.0, 24.0, 36.0])) < 0.05   # one factor fits all
+    # two shapes, x1 and x2: each priced with the other's factor is off by +100 % and -50 %
+    assert leave_one_out(np.array([10.0, 10.0]), np.array([10.0, 20.0])) == \
+        pytest.approx(100 * (np.sqrt(1.0004 * 0.5004) - 4e-4), rel=1e-6)
