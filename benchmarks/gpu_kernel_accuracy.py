@@ -436,6 +436,15 @@ NOTES = [
 
 
 HISTORY = [
+    "2026-12-01 02:15 (AMD EPYC, 2 cores, L3 32 MiB; add, layer_norm and softmax, 3000 rows per table GPU, seed 0),"
+    " tried and NOT adopted: the hidden kernels' device time imputed, not taken at its bound: the trees fitted on "
+    "the rows whose kernel shows (latency >= 1.15 F), each hidden row's time set to the lower of its bound (0.44 F)"
+    " and that fit's price, then refitted on every row. Leave-one-GPU-out mean over the five GPUs, rows that surely"
+    " showed (latency >= 1.5 F) / single-call latency (%), today's trees first: add 7.59 / 4.50 -> 8.54 / 4.23, "
+    "layer_norm 15.97 / 6.99 -> 18.67 / 7.45, softmax 10.78 / 6.32 -> 10.82 / 6.29. Refitted, the trees priced the hidden"
+    " rows at a median 0.57-1.29x their bound per GPU, where today's trees do (0.58-1.28x): a table whose host hides a "
+    "kernel says too little of its device time for a model to learn it below the bound, and the H200 trace's small "
+    "kernels (priced 2x their traced time) stay a finding for a GPU session with small kernels timed back to back.",
     "2026-11-30 23:48 (AMD EPYC, 2 cores, L3 32 MiB), adopted: the lane correction (`pmdb/samples/lane_attainment`"
     ", `fitters.cross_gpu.lanes_for`): a fully_connected model trained on 64-lane SMs prices a GPU of 128-lane SMs "
     "x1.300, the geometric mean of (c)'s measured over held-out price (9 shapes, 1.19-1.39; each shape priced with "
