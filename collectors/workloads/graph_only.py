@@ -37,6 +37,10 @@ transformers' cache) are absent; ``aten::reshape`` of a non-contiguous input tha
 (``ReshapeAliasBackward0``). Both are views or empty: no device work. Everything else follows the host (CPU)
 dispatch of composite ops, which is also what a GPU runs except where a composite op branches on the device:
 ``aten::dropout`` decomposes into ``bernoulli_``/``div_``/``mul`` here and is one fused ``native_dropout`` on CUDA.
+Mixture-of-experts routers add three small ones: the backward of indexing and of ``max`` call ``index_put`` and
+``scatter`` out of place on meta (``_index_put_impl_``, ``scatter_`` on a real device), and ``one_hot`` takes its
+meta branch (an ``eq`` against ``arange``). Their expert loops, data-dependent, are routed by a stated policy
+(:mod:`collectors.workloads.moe_routing`).
 """
 from __future__ import annotations
 
@@ -418,6 +422,7 @@ class CaptureInfo:
     seconds: dict[str, float] = field(default_factory=dict)
     peak_rss_mib: float = 0.0
     stats: NormalizeStats = field(default_factory=NormalizeStats)
+    routing: str | None = None   # how mixture-of-experts layers were routed (:mod:`moe_routing`), None without
 
 
 def capture(request: GraphRequest, path: Path, device: str = "meta") -> CaptureInfo:
@@ -425,17 +430,21 @@ def capture(request: GraphRequest, path: Path, device: str = "meta") -> CaptureI
     it for real (the reference the tests compare the meta capture with; a tiny model only)."""
     import torch
 
+    from collectors.workloads.moe_routing import balanced_routing
+
     started = time.perf_counter()
     model, head, inputs = build_model(request, device)
     built = time.perf_counter()
     try:
-        record_step(model, inputs, request.optimizer, path)
+        with balanced_routing(model, request.batch_size, request.seq_len) if device == "meta" \
+                else contextlib.nullcontext() as routing:
+            record_step(model, inputs, request.optimizer, path)
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
         text = str(exc).strip().splitlines()
         raise PmdbError(f"{request.name}: the training step cannot be recorded on the {device} device "
                         f"({text[0] if text else type(exc).__name__})") from None
     recorded = time.perf_counter()
-    info = CaptureInfo(head, sum(p.numel() for p in model.parameters()))
+    info = CaptureInfo(head, sum(p.numel() for p in model.parameters()), routing=routing)
     del model, inputs
     info.stats = normalize_trace(path, meta=torch.device(device).type == "meta")
     done = time.perf_counter()
@@ -469,7 +478,8 @@ def collect_graph(store: Store, platform: str, request: GraphRequest, args: dict
                            "pruned_nodes": info.stats.pruned, "et_bytes": et.stat().st_size,
                            "seconds": {**{k: round(v, 3) for k, v in info.seconds.items()},
                                        "store": round(time.perf_counter() - started, 3)},
-                           "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+                           "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                           **({"routing": info.routing} if info.routing else {})}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return run.summary

@@ -1,6 +1,7 @@
 """``pmdb collect workload`` (DLRM / transformer ground truth and traces) and ``pmdb collect tasks``."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -163,6 +164,8 @@ def _graph_only(ctx: typer.Context, opts: dict, platform: Optional[str]) -> None
             ("capture_s", f"{seconds['build'] + seconds['record'] + seconds['normalize']:.2f}"),
             ("store_s", f"{seconds['store']:.2f}"), ("peak_rss_mib", summary["peak_rss_mib"])]
     render(pd.DataFrame([(k, str(v)) for k, v in rows], columns=["field", "value"]))
+    if summary.get("routing"):
+        typer.echo(textwrap.fill(f"pmdb: note: {summary['routing']}", 80, subsequent_indent="  "), err=True)
 
 
 def tasks(
