@@ -87,3 +87,23 @@ def curve_jumps(curve, params, mul: float, boundaries: tuple[float, float]) -> l
                 abs(at - below) > JUMP * min(below, at):
             out.append((float(b), below, at))
     return out
+
+
+SPLIT_TRUTH_TARGET = 0.10   # a single-rank run's accuracy target: launches further apart leave the verdict open
+
+
+def split_truth(label: str, launch_medians_ms: list[float], predicted_ms: float, error: float,
+                target: float = SPLIT_TRUTH_TARGET) -> str | None:
+    """One warning where a run misses ``target`` against a truth whose launches disagree by more than it: the
+    launches' medians (ms) spread over more than ``target`` x their median and the prediction lies among them, so
+    whether it is within the target depends on which launches the truth took. None otherwise."""
+    if len(launch_medians_ms) < 2 or abs(error) <= target:
+        return None
+    low, high = min(launch_medians_ms), max(launch_medians_ms)
+    middle = float(np.median(launch_medians_ms))
+    if middle <= 0 or (high - low) / middle <= target or not low <= predicted_ms <= high:
+        return None
+    return (f"{label}: its {len(launch_medians_ms)} launches ran {low:.3g}-{high:.3g} ms "
+            f"({100 * (high - low) / middle:.0f}% apart) and the prediction, {predicted_ms:.3g} ms, lies among "
+            f"them: its {100 * error:+.1f}% is against their median, an unsettled truth")
+

@@ -76,7 +76,10 @@ def relaunch_ids(store: Store, run_id: str) -> list[str]:
 def launch_medians(store: Store, run_id: str) -> tuple[list[float], np.ndarray]:
     """Every launch's median step (µs) of the workload run and its completed relaunches, in launch order, and all
     their per-iteration steps (max over ranks, µs)."""
-    iterations = int(store.scalar("SELECT iterations FROM workload_runs WHERE run_id = ?", [run_id]))
+    iterations = store.scalar("SELECT iterations FROM workload_runs WHERE run_id = ?", [run_id])
+    if not iterations:   # no such run, or one whose iterations were not counted (imported)
+        return [], np.zeros(0)
+    iterations = int(iterations)
     ids = [run_id, *relaunch_ids(store, run_id)]
     frame = store.query(
         "SELECT run_id, iteration, max(time_us) AS worst FROM e2e_measurements "

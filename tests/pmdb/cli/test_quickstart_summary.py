@@ -313,3 +313,29 @@ def test_runs_measured_in_another_compute_phase_are_named_first(store):
     assert warned == ["! " + summary.warnings[0], "! transformer ws1: the baseline beats the model: geomean |e| "
                       "0.0% against 2.4%"]                        # the compute pace first, each on one line
     assert all(len(line) <= 80 for line in lines)
+
+
+def _launches(store, run_id: str, medians_ms: list[float], iterations: int = 5) -> None:
+    """e2e_measurements of ``run_id``: one launch per median (ms), ``iterations`` steps each around it (rank 0)."""
+    offsets = (-0.02, -0.01, 0.0, 0.01, 0.02)
+    store.insert("e2e_measurements", [{"run_id": run_id, "iteration": k * iterations + i, "rank": 0,
+                                       "time_us": 1e3 * m * (1 + offsets[i % 5])}
+                                      for k, m in enumerate(medians_ms) for i in range(iterations)])
+
+
+def test_a_miss_against_launches_that_disagree_is_said(store):
+    """The DLRM ws1 truth of a demo (2026-12-01, v1): five launches 6.66-8.76 ms, the truth their median (8.02), the
+    prediction 7.01 ms among them: its -12.5% is said to stand on an unsettled truth; a run whose launches agree
+    misses without that line."""
+    platforms.ensure_named(store, CPU, device_kind="cpu")
+    with store.run("workload", CPU, {}):
+        split, tight = (_workload(store, name, "dlrm", 1, "naive") for name in ("dlrm_split", "dlrm_tight"))
+    _predicted(store, split, 8016.0, 7012.0, 5000.0)
+    _predicted(store, tight, 8016.0, 7012.0, 5000.0)
+    runs = store.query("SELECT w.run_id, k.name FROM workload_runs w JOIN workloads k USING (workload_id)")
+    run_of = dict(zip(runs["name"], runs["run_id"]))
+    _launches(store, run_of["dlrm_split"], [6.733, 6.664, 8.761, 8.016, 8.058])
+    _launches(store, run_of["dlrm_tight"], [8.0, 8.05, 8.016])
+    said = [w for w in summarize(store).warnings if "launches ran" in w]
+    assert said == ["dlrm_split ws1: its 5 launches ran 6.66-8.76 ms (26% apart) and the prediction, 7.01 ms, lies "
+                    "among them: its -12.5% is against their median, an unsettled truth"]
