@@ -46,3 +46,34 @@ def test_table_gemm_rates_stay_under_the_sheet(shared_data):
     median, p90, top, count = m.table_gemm_rates(kernels, "NVIDIA_A100-PCIE-40GB")
     sheet = json.loads((kernels / "device_configs" / "NVIDIA_A100-PCIE-40GB.json").read_text())
     assert count > 100 and 0 < median < p90 < top <= sheet["SingleFLOPs"] / 1e3
+
+
+def test_split_names_become_what_if_flags():
+    m = _module()
+    assert m.split_flags("dp4") == ("--data-parallel", "4")
+    assert m.split_flags("pp4_1") == ("--pipeline-parallel", "4", "--micro-batches", "1")
+    assert m.split_flags("dp2_tp2") == ("--data-parallel", "2", "--tensor-parallel", "2")
+    assert m.split_flags("tp2_pp2_4") == ("--tensor-parallel", "2", "--pipeline-parallel", "2", "--micro-batches", "4")
+    for bad in ("xx4", "dp4_2", "dp", "tp4-x", ""):
+        assert m.split_flags(bad) is None, bad
+
+
+def test_other_labels_of_the_folder_are_found(tmp_path):
+    m = _module()
+    folder, configs = tmp_path / "NVIDIA_A100-SXM4-40GB", tmp_path / "model_configs"
+    folder.mkdir()
+    configs.mkdir()
+    (configs / "gpt2_large.json").write_text("{}")
+    (configs / "gpt3_xl.json").write_text("{}")
+    for name in ("gpt2_large-train-1024-4-dp4.json",        # one of the three the benchmark is built on
+                 "gpt3_xl-train-2048-8-tp2_pp2_4.json",     # another: found
+                 "opt_13-train-2048-4-tp4.json",            # no model config
+                 "gpt3_xl-train-2048-4-zz4.json",           # a split of no known part
+                 "gpt3_xl-train-2048-4.json"):              # a single-GPU label
+        (folder / name).write_text("{}")
+    found = m.other_labels(folder, configs)
+    assert [(f[0], f[1], f[2], f[3], f[4]) for f in found] == [
+        ("gpt3_xl", 2048, 8, "tp2_pp2_4", ("--tensor-parallel", "2", "--pipeline-parallel", "2", "--micro-batches", "4"))]
+    assert m.others_section([])[-1].startswith("None:")
+    table = m.others_section([{"run": "gpt3_xl-train-2048-8-tp2_pp2_4", "label_ms": 100.0, "predicted_ms": 108.0}])
+    assert table[-1] == "| gpt3_xl-train-2048-8-tp2_pp2_4 | 100.0 | 108.0 | +8.0% | met |"
