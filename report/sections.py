@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from collectors.workloads.relaunch import launch_medians
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from report import checks, figures, model_links
@@ -239,6 +240,13 @@ def predictions_sections(store: Store, out: Path, platform: str | None) -> list[
     paced = pace_warning([(label, pace) for label, pace, keep in zip(frame["label"], compute, model) if keep])
     if paced is not None:
         fig10.warnings.append(paced)
+    for label, run_id, predicted, measured in zip(frame.loc[model, "label"], frame.loc[model, "workload_run_id"],
+                                                  frame.loc[model, "predicted_us"], frame.loc[model, "measured_us"]):
+        medians_us = launch_medians(store, str(run_id))[0] if pd.notna(run_id) else []
+        said = checks.split_truth(str(label), [m / 1e3 for m in medians_us], float(predicted) / 1e3,
+                                  float(predicted) / float(measured) - 1)
+        if said is not None:
+            fig10.warnings.append(said)
     for mode in ("model", "replay"):
         for section, plot in ((fig10, predicted_vs_measured), (fig2, stream_breakdown)):
             path = plot(store, out, mode, platform=platform)

@@ -323,7 +323,7 @@ def _launches(store, run_id: str, medians_ms: list[float], iterations: int = 5) 
                                       for k, m in enumerate(medians_ms) for i in range(iterations)])
 
 
-def test_a_miss_against_launches_that_disagree_is_said(store):
+def test_a_miss_against_launches_that_disagree_is_said(store, tmp_path):
     """The DLRM ws1 truth of a demo (2026-12-01, v1): five launches 6.66-8.76 ms, the truth their median (8.02), the
     prediction 7.01 ms among them: its -12.5% is said to stand on an unsettled truth; a run whose launches agree
     misses without that line."""
@@ -339,3 +339,6 @@ def test_a_miss_against_launches_that_disagree_is_said(store):
     said = [w for w in summarize(store).warnings if "launches ran" in w]
     assert said == ["dlrm_split ws1: its 5 launches ran 6.66-8.76 ms (26% apart) and the prediction, 7.01 ms, lies "
                     "among them: its -12.5% is against their median, an unsettled truth"]
+    from report.sections import predictions_sections     # the report the summary sends the reader to says it too
+    fig10 = predictions_sections(store, tmp_path, None)[0]
+    assert [w for w in fig10.warnings if "launches ran" in w] == [said[0].replace("dlrm_split ws1", "dlrm_split b64 ws1")]
