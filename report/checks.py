@@ -1,14 +1,17 @@
 """Warnings the report states in words, computed from plain frames: the baseline (sum of kernel times) beating the
-model, plans the model cannot tell apart although their measured times differ, and fitted collective curves that
-jump at a turning point. Each function returns sentences (empty when there is nothing to say)."""
+model, plans the model cannot tell apart although their measured times differ, fitted collective curves that
+jump at a turning point, and a miss against launches that disagree (:func:`unsettled_truth` reads them from the
+store). Each function returns sentences (empty when there is nothing to say) or one sentence or None."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
+from collectors.workloads.relaunch import launch_medians
 from pmdb.metrics import gmae
+from pmdb.store import Store
 
 SAME_PREDICTION = 0.005   # predictions within 0.5% of each other count as the same
 MEASURED_APART = 0.10     # ... while measured times more than 10% apart make them indistinguishable plans
@@ -106,4 +109,11 @@ def split_truth(label: str, launch_medians_ms: list[float], predicted_ms: float,
     return (f"{label}: its {len(launch_medians_ms)} launches ran {low:.3g}-{high:.3g} ms "
             f"({100 * (high - low) / middle:.0f}% apart) and the prediction, {predicted_ms:.3g} ms, lies among "
             f"them: its {100 * error:+.1f}% is against their median, an unsettled truth")
+
+
+def unsettled_truth(store: Store, label: str, run_id: Any, predicted_us: float, error: float) -> str | None:
+    """:func:`split_truth` of a stored workload run (``run_id``, None or NaN for none; prediction in µs), its
+    launches' medians read from the store (:func:`collectors.workloads.relaunch.launch_medians`)."""
+    medians_us = launch_medians(store, str(run_id))[0] if isinstance(run_id, str) and run_id else []
+    return split_truth(label, [m / 1e3 for m in medians_us], predicted_us / 1e3, error)
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from collectors.workloads.relaunch import launch_medians
 from pmdb.errors import PmdbError
 from pmdb.store import Store
 from report import checks, figures, model_links
@@ -242,9 +241,8 @@ def predictions_sections(store: Store, out: Path, platform: str | None) -> list[
         fig10.warnings.append(paced)
     for label, run_id, predicted, measured in zip(frame.loc[model, "label"], frame.loc[model, "workload_run_id"],
                                                   frame.loc[model, "predicted_us"], frame.loc[model, "measured_us"]):
-        medians_us = launch_medians(store, str(run_id))[0] if pd.notna(run_id) else []
-        said = checks.split_truth(str(label), [m / 1e3 for m in medians_us], float(predicted) / 1e3,
-                                  float(predicted) / float(measured) - 1)
+        said = checks.unsettled_truth(store, str(label), run_id, float(predicted),
+                                      float(predicted) / float(measured) - 1)
         if said is not None:
             fig10.warnings.append(said)
     for mode in ("model", "replay"):
