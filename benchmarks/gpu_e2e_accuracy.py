@@ -144,12 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     for run in sorted({run for gpu in gpus for run in gpu.runs}):
         model, seq, batch = run
         t0 = time.perf_counter()
-        pmdb(home, "collect", "workload", "transformer", "--graph-only", "--config",
-             str(labels / "model_configs" / f"{model}.json"), "--batch-size", str(batch), "--seq-len", str(seq),
-             log=log)
+        set_id = _COMMANDS.capture(home, "transformer", "--graph-only", "--config",
+                                   str(labels / "model_configs" / f"{model}.json"), "--batch-size", str(batch),
+                                   "--seq-len", str(seq), log=log)
         capture_s[run] = time.perf_counter() - t0
-        newest = sql(home, "SELECT max(trace_set_id) AS id FROM v_trace_sets WHERE source = 'captured'", log)
-        captured[int(newest[0]["id"])] = run
+        captured[set_id] = run
     timelines = home.parent / "timelines"
     timelines.mkdir(exist_ok=True)
     diagnoses: list[str] = []

@@ -252,12 +252,9 @@ def predict_others(home: Path, labels_dir: Path, log: list[str]) -> list[dict]:
     out = []
     for model, seq, batch, split, flags, path in other_labels(labels_dir / LABEL_DIR, labels_dir / "model_configs"):
         if (model, seq, batch) not in captured:
-            pmdb(home, "collect", "workload", "transformer", "--graph-only", "--config",
-                 str(labels_dir / "model_configs" / f"{model}.json"), "--batch-size", str(batch), "--seq-len",
-                 str(seq), log=log)
-            newest = _COMMANDS.sql(home, "SELECT max(trace_set_id) AS id FROM v_trace_sets WHERE source = 'captured'",
-                                   log)
-            captured[(model, seq, batch)] = int(newest[0]["id"])
+            captured[(model, seq, batch)] = _COMMANDS.capture(
+                home, "transformer", "--graph-only", "--config", str(labels_dir / "model_configs" / f"{model}.json"),
+                "--batch-size", str(batch), "--seq-len", str(seq), log=log)
         row, _, seconds = predict(home, captured[(model, seq, batch)], (*flags, "--megatron-fusions"), log)
         out.append({"run": path.name[:-len(".json")], "label_ms": float(json.loads(path.read_text())["e2e_latency"]),
                     "predicted_ms": float(row["predicted_ms"]), "seconds": seconds})

@@ -47,6 +47,13 @@ class Commands:
         """The rows of one query (`pmdb sql --format json`)."""
         return json.loads(self.stdout(home, "sql", query, "--format", "json", log=log) or "[]")
 
+    def capture(self, home: Path, *args: str, log: list[str]) -> int:
+        """`pmdb collect workload ARGS` (a traced run or a --graph-only capture), then the trace set it stored: the
+        newest captured one."""
+        self.run(home, "collect", "workload", *args, log=log)
+        return int(self.sql(home, "SELECT max(trace_set_id) AS id FROM v_trace_sets WHERE source = 'captured'",
+                            log)[0]["id"])
+
 
 def workspace_parser(doc: str, out: Path, fit_budget_minutes: float, fitted: str) -> "argparse.ArgumentParser":
     """The options every from-an-empty-workspace benchmark takes: --shared, --workspace, --out and the time budget

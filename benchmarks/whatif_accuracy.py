@@ -126,15 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     recorded: dict[str, int] = {}
     for config in CONFIGS:                     # 2. the recorded configurations, traced
         if config.recorded is None:
-            pmdb(home, "collect", "workload", *config.run, "--trace-iters", "3", log=log)
-            recorded[config.name] = int(sql(home, "SELECT max(trace_set_id) AS id FROM v_trace_sets "
-                                                  "WHERE source = 'captured'", log)[0]["id"])
+            recorded[config.name] = _COMMANDS.capture(home, *config.run, "--trace-iters", "3", log=log)
     calibration = []                           # world-size-2 runs that only calibrate the collectives in context
     for seed in CALIBRATION_SEEDS:
-        pmdb(home, "collect", "workload", *DLRM, "--batch-size", "192", "--world-size", "2", "--sharder", "random",
-             "--seed", str(seed), "--trace-iters", "5", "--iters", "100", "--warmup", "10", "--repeats", "3", log=log)
-        calibration += ["--trace-set", str(sql(home, "SELECT max(trace_set_id) AS id FROM v_trace_sets "
-                                                     "WHERE source = 'captured'", log)[0]["id"])]
+        calibration += ["--trace-set", str(_COMMANDS.capture(
+            home, *DLRM, "--batch-size", "192", "--world-size", "2", "--sharder", "random", "--seed", str(seed),
+            "--trace-iters", "5", "--iters", "100", "--warmup", "10", "--repeats", "3", log=log))]
     pmdb(home, "collect", "peaks", log=log)    # 1. models
     pmdb(home, "collect", "ops", "--sweep", "quick", "--no-progress", log=log)
     for round_ in range(SHAPE_ROUNDS):          # the traced shapes in fresh processes: prices are their medians
