@@ -228,7 +228,7 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
         neusight, habitat = ANCHORS.get((r["platform"], model, int(r["batch_size"] or 0)), (None, None))
         roof, unpriced = _unpriced(r["unmodelled"])
         step = 100 * r["step_rel_error"]
-        target = r.get("target") or TARGETS.get(r["platform"])
+        target = r["target"]
         lines.append(
             f"| {r['platform']} | {_label(r, results)} | "
             f"{r['measured_fw_us'] / 1e3:.1f} / {r['measured_bw_us'] / 1e3:.1f} / {r['measured_step_us'] / 1e3:.1f} | "
@@ -310,7 +310,7 @@ def _met(r: dict, target: float) -> bool:
 def _targets(results: list[dict]) -> list[str]:
     """One line per target of the issue: met or not, with the numbers."""
     out = []
-    targets = {r["platform"]: r.get("target") or TARGETS.get(r["platform"]) for r in results}
+    targets = {r["platform"]: r["target"] for r in results}
     order = list(TARGETS)
     for platform, target in sorted(targets.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order
                                                                     else len(order), kv[0])):

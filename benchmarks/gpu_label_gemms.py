@@ -44,12 +44,15 @@ LARGE_FLOORS = 8.0   # nodes summed: label latency above this many table floors 
 SEED = 0
 
 
+# each table's sizes, in the order its rows and the nodes' ``sizes`` hold them (NeuSight's linear N is the reduced
+# dimension, and its bmm multiplies [B, M, N] by [B, N, K])
+DIMS = {"linear": ("rows", "red", "out"), "bmm": ("B", "M", "red", "N")}
+
+
 @dataclass
 class Table:
-    """One kernel table: ln sizes per row (columns in ``dims``) and single-call latency (µs)."""
+    """One kernel table: ln sizes per row (in :data:`DIMS` order) and single-call latency (µs)."""
 
-    name: str
-    dims: tuple[str, ...]
     logs: np.ndarray
     latency_us: np.ndarray
 
@@ -79,14 +82,13 @@ class Table:
 
 
 def load_tables(folder: Path) -> dict[str, Table]:
-    """The linear table as (rows, reduced, out) and the bmm table as (batch, M, reduced, N); NeuSight's linear N is
-    the reduced dimension, and its bmm multiplies [B, M, N] by [B, N, K]."""
+    """The linear and bmm tables, their sizes as :data:`DIMS` names them."""
     linear = pd.read_csv(folder / "linear.csv.gz")
     bmm = pd.read_csv(folder / "bmm.csv.gz")
     lin_sizes = np.column_stack([linear["B"] * linear["M"], linear["N"], linear["K"]]).astype(float)
     bmm_sizes = bmm[["B", "M", "N", "K"]].to_numpy(dtype=float)
-    return {"linear": Table("linear", ("rows", "reduced", "out"), np.log(lin_sizes), linear["Latency"].to_numpy() * 1e3),
-            "bmm": Table("bmm", ("batch", "M", "reduced", "N"), np.log(bmm_sizes), bmm["Latency"].to_numpy() * 1e3)}
+    return {"linear": Table(np.log(lin_sizes), linear["Latency"].to_numpy() * 1e3),
+            "bmm": Table(np.log(bmm_sizes), bmm["Latency"].to_numpy() * 1e3)}
 
 
 def gemm_nodes(csv_path: Path, num_layer: int) -> list[dict]:
@@ -150,8 +152,7 @@ def compare(shared: Path) -> tuple[list[dict], dict[str, dict[str, float]]]:
 
 
 def _shape(node: dict) -> str:
-    names = ("rows", "red", "out") if node["table"] == "linear" else ("B", "M", "red", "N")
-    return " ".join(f"{n}={s}" for n, s in zip(names, node["sizes"]))
+    return " ".join(f"{n}={s}" for n, s in zip(DIMS[node["table"]], node["sizes"]))
 
 
 def markdown(rows: list[dict], checks: dict[str, dict[str, dict[str, float]]]) -> list[str]:

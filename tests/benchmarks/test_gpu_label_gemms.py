@@ -18,7 +18,7 @@ def test_the_local_plane_reads_a_power_law_table_back():
     rng = np.random.default_rng(1)
     sizes = np.exp(rng.uniform(np.log(64), np.log(8192), size=(300, 3)))
     latency = 0.002 * sizes[:, 0] ** 0.9 * sizes[:, 1] * sizes[:, 2] ** 1.1 / 1e3   # µs, exact in ln space
-    table = mod.Table("linear", ("rows", "reduced", "out"), np.log(sizes), latency)
+    table = mod.Table(np.log(sizes), latency)
     got, dist = table.at([1000.0, 1280.0, 3840.0])
     assert got == pytest.approx(0.002 * 1000 ** 0.9 * 1280 * 3840 ** 1.1 / 1e3, rel=1e-6)
     assert dist > 0
