@@ -305,8 +305,9 @@ class CrossGpuModel(Model):
             log_slowdown = self.estimator.predict(x)
         utilisation = np.clip(np.exp(-log_slowdown), 1e-6, self.max_util)
         times = roof / utilisation * chunks
-        if self.lanes:   # each row's GPU by its own SM width
-            times = times * np.array([self.lanes.factor(w) for w in _col(specs, "cores_per_sm", math.nan)])
+        if self.lanes:   # each row's GPU by its own SM width (one factor per width present)
+            widths, row_width = np.unique(_col(specs, "cores_per_sm", math.nan), return_inverse=True)
+            times = times * np.array([self.lanes.factor(float(w)) for w in widths])[row_width.reshape(-1)]
         return times
 
     def _chunked(self, params: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
