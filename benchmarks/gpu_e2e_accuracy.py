@@ -22,8 +22,10 @@ From an empty workspace, every step an ordinary pmdb command (printed as it runs
 
 Which GPUs and runs: every folder of ``gpu_e2e/neusight_labels`` named as a spec sheet of
 ``gpu_kernels/neusight/device_configs`` (the sheet's file name without .json) holding single-GPU training labels
-(``<model>-train-<seq>-<batch>.json`` with ``model_configs/<model>.json``); a GPU with its own kernel tables (one of
-the five) gets its own kernel models (step 2, as the V100), any other cross-GPU models (as the L4). Targets: #33's
+(``<model>-train-<seq>-<batch>.json`` with ``model_configs/<model>.json``) or inference labels
+(``<model>-inf-<seq>-<batch>.json``: the model call alone, captured with ``--inference`` and judged on the forward);
+a GPU with its own kernel tables (one of the five) gets its own kernel models (step 2, as the V100), any other
+cross-GPU models (as the L4). Targets: #33's
 for the V100 (5 %) and the L4 (10 %, and the mean below NeuSight's); a GPU added beside them is held to the target
 of its kind (own tables 5 %, spec sheet only 10 %). Label files dropped into those folders are picked up as they are.
 
@@ -55,7 +57,8 @@ HOST_PACE = Path("gpu_kernels") / "h200_launch_floor.csv"
 TABLE_DIRS = ("NVIDIA_A100-PCIE-40GB", "Tesla_P100-PCIE-16GB", "Tesla_P4", "Tesla_T4", "Tesla_V100-PCIE-32GB")
 TABLE_PLATFORMS = {"NVIDIA_A100-PCIE-40GB": "nvidia-a100-pcie-40gb", "Tesla_P100-PCIE-16GB": "tesla-p100-pcie-16gb",
                    "Tesla_P4": "tesla-p4", "Tesla_T4": "tesla-t4", "Tesla_V100-PCIE-32GB": V100}
-LABEL_NAME = re.compile(r"^(?P<model>.+)-train-(?P<seq>\d+)-(?P<batch>\d+)\.json$")   # a single-GPU training label
+# a single-GPU label: a training step or an inference call (NeuSight's collect_label.py --mode)
+LABEL_NAME = re.compile(r"^(?P<model>.+)-(?P<mode>train|inf)-(?P<seq>\d+)-(?P<batch>\d+)\.json$")
 # published errors on these very runs (|e| of the step, %): NeuSight (ASPLOS'25) and Habitat, as the issue quotes them
 ANCHORS = {(V100, "bert_large", 2): (13.6, 3.3), (V100, "bert_large", 8): (3.1, 3.4), (V100, "gpt2_large", 1): (10.0, 9.5),
            (L4, "bert_large", 2): (3.3, None), (L4, "bert_large", 8): (15.6, None), (L4, "gpt2_large", 1): (2.8, None)}
@@ -67,18 +70,18 @@ NEUSIGHT_L4_MEAN = 7.2   # NeuSight's mean |step error| over the three L4 runs (
 @dataclass
 class LabelledGpu:
     """A GPU with labels: its platform name (from its sheet), label folder, own kernel tables or not, its target (%)
-    and its runs, (model, sequence, batch) -> label file."""
+    and its runs, (model, sequence, batch, mode 'train' or 'inf') -> label file."""
 
     platform: str
     folder: Path
     own_tables: bool
     target: float
-    runs: dict[tuple[str, int, int], Path] = field(default_factory=dict)
+    runs: dict[tuple[str, int, int, str], Path] = field(default_factory=dict)
 
 
 def discover(labels: Path, sheets: Path) -> list[LabelledGpu]:
-    """Every label folder named as a spec sheet in ``sheets`` with at least one single-GPU training label whose model
-    config is in ``labels/model_configs`` (the module docstring), sorted by platform."""
+    """Every label folder named as a spec sheet in ``sheets`` with at least one single-GPU training or inference label
+    whose model config is in ``labels/model_configs`` (the module docstring), sorted by platform."""
     from collectors.gpu_specs import read_sheet, slug
 
     configs = labels / "model_configs"
@@ -88,7 +91,7 @@ def discover(labels: Path, sheets: Path) -> list[LabelledGpu]:
         for path in sorted(folder.glob("*.json")):
             match = LABEL_NAME.match(path.name)
             if match and (configs / f"{match['model']}.json").is_file():
-                runs[(match["model"], int(match["seq"]), int(match["batch"]))] = path
+                runs[(match["model"], int(match["seq"]), int(match["batch"]), match["mode"])] = path
         if not runs:
             continue
         platform = slug(read_sheet(sheets / f"{folder.name}.json")[0].device)
@@ -139,14 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     for gpu in gpus:
         pmdb(home, "collect", "import-e2e", *map(str, gpu.runs.values()), "--format", "neusight", "--platform",
              gpu.platform, log=log)
-    capture_s: dict[tuple[str, int, int], float] = {}
-    captured: dict[int, tuple[str, int, int]] = {}   # trace set -> (model, sequence, batch)
+    capture_s: dict[tuple[str, int, int, str], float] = {}
+    captured: dict[int, tuple[str, int, int, str]] = {}   # trace set -> (model, sequence, batch, mode)
     for run in sorted({run for gpu in gpus for run in gpu.runs}):
-        model, seq, batch = run
+        model, seq, batch, mode = run
         t0 = time.perf_counter()
         set_id = _COMMANDS.capture(home, "transformer", "--graph-only", "--config",
                                    str(labels / "model_configs" / f"{model}.json"), "--batch-size", str(batch),
-                                   "--seq-len", str(seq), log=log)
+                                   "--seq-len", str(seq), *(["--inference"] if mode == "inf" else []), log=log)
         capture_s[run] = time.perf_counter() - t0
         captured[set_id] = run
     timelines = home.parent / "timelines"
@@ -161,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
             pmdb(home, "predict", "--trace-set", str(set_id), "--target-platform", gpu.platform,
                  "--export-trace", str(timeline), log=log)
             nodes = gpu.folder / f"{stem}.csv.gz"
-            if nodes.is_file():
+            if nodes.is_file() and run[3] == "train":   # the diagnosis reads a training step's fw and bw nodes
                 diagnoses += run_diagnosis(nodes, gpu.runs[run], timeline, f"{gpu.platform} {run[0]} b{run[2]}")
     results = sql(home, "SELECT e.trace_set_id, e.platform, e.workload, e.batch_size, e.predicted_fw_us, "
                         "e.measured_fw_us, e.predicted_bw_us, e.measured_bw_us, e.predicted_step_us, "
-                        "e.measured_step_us, e.step_rel_error, e.fw_rel_error, e.bw_rel_error, "
+                        "e.measured_step_us, e.step_rel_error, e.fw_rel_error, e.bw_rel_error, e.inference, "
                         "CAST(p.unmodelled AS VARCHAR) AS unmodelled, "
                         "o.platform AS lender, p.device_active_us, CAST(p.per_rank AS VARCHAR) AS per_rank, "
                         "p.predicted_us AS iteration_us, p.range_low_us, p.range_high_us, "
@@ -188,9 +191,19 @@ def _label(r: dict, results: list[dict]) -> str:
     """A run's name in the tables: model and batch, and the sequence where another run has the same two."""
     if not r.get("run"):
         return f"{r['workload']} b{r['batch_size']}"
-    model, seq, batch = r["run"]
+    model, seq, batch, mode = r["run"]
     twin = any(o.get("run") and o["run"][0] == model and o["run"][2] == batch and o["run"][1] != seq for o in results)
-    return f"{model} b{batch}" + (f" seq {seq}" if twin else "")
+    return f"{model} b{batch}" + (f" seq {seq}" if twin else "") + (" inf" if mode == "inf" else "")
+
+
+def _ms(us: float | None) -> str:
+    """µs as ms with one decimal; '-' for none (an inference run's backward)."""
+    return "-" if us is None else f"{us / 1e3:.1f}"
+
+
+def _pct(rel: float | None) -> str:
+    """A relative error as a signed percentage; '-' for none."""
+    return "-" if rel is None else f"{100 * rel:+.1f}%"
 
 
 def _unpriced(unmodelled: str | None) -> tuple[float, float]:
@@ -224,16 +237,16 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
              "NeuSight | Habitat | target | lender | roofline-priced work | unpriced ops |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        model = r["run"][0] if r.get("run") else None
+        model = r["run"][0] if r.get("run") and r["run"][3] == "train" else None
         neusight, habitat = ANCHORS.get((r["platform"], model, int(r["batch_size"] or 0)), (None, None))
         roof, unpriced = _unpriced(r["unmodelled"])
         step = 100 * r["step_rel_error"]
         target = r["target"]
         lines.append(
             f"| {r['platform']} | {_label(r, results)} | "
-            f"{r['measured_fw_us'] / 1e3:.1f} / {r['measured_bw_us'] / 1e3:.1f} / {r['measured_step_us'] / 1e3:.1f} | "
-            f"{r['predicted_fw_us'] / 1e3:.1f} / {r['predicted_bw_us'] / 1e3:.1f} / {r['predicted_step_us'] / 1e3:.1f} | "
-            f"{100 * r['fw_rel_error']:+.1f}% | {100 * r['bw_rel_error']:+.1f}% | {step:+.1f}% | "
+            f"{_ms(r['measured_fw_us'])} / {_ms(r['measured_bw_us'])} / {_ms(r['measured_step_us'])} | "
+            f"{_ms(r['predicted_fw_us'])} / {_ms(r['predicted_bw_us'])} / {_ms(r['predicted_step_us'])} | "
+            f"{_pct(r['fw_rel_error'])} | {_pct(r['bw_rel_error'])} | {step:+.1f}% | "
             f"{'-' if neusight is None else f'{neusight:.1f}%'} | {'-' if habitat is None else f'{habitat:.1f}%'} | "
             f"< {target:.0f}%: {'met' if target and _met(r, target) else 'NOT met'} | {r['lender'] or 'none'} | "
             f"{roof:.1f}% | {unpriced:.0f} |")
@@ -252,7 +265,8 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
               "layer-0 nodes times num_layer; diagnosis only, never fitted on)", "", *diagnoses]
     lines += ["", "## Earlier runs", "", *[f"- {note}" for note in HISTORY]]
     lines += ["", "Shape-only captures (this machine, wall time of the whole command):", ""]
-    lines += [f"- {m} batch {b} seq {s}: {t:.1f} s" for (m, s, b), t in capture_s.items()]
+    lines += [f"- {m} batch {b} seq {s}{' inference' if mode == 'inf' else ''}: {t:.1f} s"
+              for (m, s, b, mode), t in capture_s.items()]
     lines += ["", "Steps:", "", "| command | s |", "|---|---|", *log, ""]
     return "\n".join(lines)
 
@@ -303,8 +317,9 @@ def _ranges(results: list[dict]) -> list[str]:
 
 
 def _met(r: dict, target: float) -> bool:
-    """Every phase (fw, bw, step) of the run within the target (%)."""
-    return all(abs(100 * r[k]) < target for k in ("fw_rel_error", "bw_rel_error", "step_rel_error"))
+    """Every phase (fw, bw, step; an inference run has no bw) of the run within the target (%)."""
+    return all(abs(100 * r[k]) < target for k in ("fw_rel_error", "bw_rel_error", "step_rel_error")
+               if r[k] is not None)
 
 
 def _targets(results: list[dict]) -> list[str]:
@@ -315,16 +330,17 @@ def _targets(results: list[dict]) -> list[str]:
     for platform, target in sorted(targets.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order
                                                                     else len(order), kv[0])):
         rows = [r for r in results if r["platform"] == platform]
-        worst = max((abs(100 * r[k]) for r in rows for k in ("fw_rel_error", "bw_rel_error", "step_rel_error")),
-                    default=float("nan"))
+        worst = max((abs(100 * r[k]) for r in rows for k in ("fw_rel_error", "bw_rel_error", "step_rel_error")
+                     if r[k] is not None), default=float("nan"))
         mean = statistics.mean(abs(100 * r["step_rel_error"]) for r in rows)
         out.append(f"- {platform}: every run's fw / bw / step within {target:.0f}%: "
                    f"{'met' if rows and worst < target else 'NOT met'} (worst {worst:.1f}%; mean |step error| "
                    f"{mean:.1f}% over {len(rows)} run{'s' if len(rows) != 1 else ''})")
-    l4 = [abs(100 * r["step_rel_error"]) for r in results if r["platform"] == L4]
+    l4 = [abs(100 * r["step_rel_error"]) for r in results if r["platform"] == L4 and not r.get("inference")]
     if l4:
         mean = statistics.mean(l4)
-        out.append(f"- {L4}: mean |step error| {mean:.1f}% against NeuSight's {NEUSIGHT_L4_MEAN}%: "
+        out.append(f"- {L4}: mean |step error| of its training runs {mean:.1f}% against NeuSight's "
+                   f"{NEUSIGHT_L4_MEAN}%: "
                    f"{'met' if mean < NEUSIGHT_L4_MEAN else 'NOT met'}")
     return out
 

@@ -3,16 +3,19 @@ named GPU platform, so that predictions of the same workload on that platform ar
 
 Format ``neusight`` (NeuSight ``scripts/asplos/label``, ../shared/data/gpu_e2e/neusight_labels): one JSON file per
 measurement, ``<GPU>/<model>-train-<seq>-<batch>.json`` with ``fw_latency`` (the model call), ``bwall_latency``
-(``loss.backward()``) and ``e2e_latency`` (their sum) in ms, and ``num_layer`` (the model's depth). The model is the
+(``loss.backward()``) and ``e2e_latency`` (their sum) in ms, and ``num_layer`` (the model's depth); an inference
+label, ``<model>-inf-<seq>-<batch>.json``, times the model call alone (eval mode, no_grad; NeuSight's
+``measure_e2e`` with ``is_train`` false): ``bwall_latency`` 0 and ``e2e_latency`` = ``fw_latency``. The model is the
 ``transformers`` config ``model_configs/<model>.json`` (beside the GPU folders unless ``model_configs`` says where).
 NeuSight times 25 repetitions with CUDA events and reports the mean of the fastest 5 (``measure_e2e``).
 
 A label becomes one ``import-e2e`` run: a ``workload_runs`` row (source 'imported', ``measured_us`` = e2e,
 ``fw_us``/``bw_us`` = the phases, µs) of the workload whose identity is
 :func:`collectors.workloads.graph_only.workload_identity` of the model config, sequence length, the recipe's own
-head and no optimizer, at the label's batch size and world size 1: exactly the workload a shape-only capture
-(``pmdb collect workload transformer --graph-only --config <model>.json --batch-size B --seq-len S``) of the same
-config file stores, so ``pmdb predict --trace-set <capture> --target-platform <GPU>`` finds the label as its ground
+head and no optimizer (and the label's mode), at the label's batch size and world size 1: exactly the workload a
+shape-only capture (``pmdb collect workload transformer --graph-only --config <model>.json --batch-size B --seq-len
+S``, with ``--inference`` for an inference label) of the same config file stores; an inference label's ``bw_us`` is
+NULL (no backward was run), so ``pmdb predict --trace-set <capture> --target-platform <GPU>`` finds the label as its ground
 truth (the simulator's lookup: same workload id, platform = target).
 
 An import is all or nothing: every file is read and checked (name, fields, model config) before anything is
@@ -45,6 +48,7 @@ FILE_FORMAT = {"neusight": "neusight-e2e"}       # imported_files.format
 NEUSIGHT_REPETITIONS, NEUSIGHT_AVERAGED = 25, 5   # measure_e2e: `active` repetitions, mean of the `sample` fastest
 _NAME = re.compile(r"^(?P<model>.+)-(?P<mode>[A-Za-z]+)-(?P<seq>\d+)-(?P<batch>\d+)\.json$")
 FIELDS = ("fw_latency", "bwall_latency", "e2e_latency")  # ms
+MODES = {"train": "train", "inf": "inference", "inference": "inference"}   # the file name's mode -> capture mode
 E2E_TOLERANCE = 1e-3   # relative: e2e_latency must be fw_latency + bwall_latency
 CREATE_HINT = "register the GPU with `pmdb platform-specs`, or pass --create-platform to create it"
 
@@ -64,6 +68,7 @@ class E2eLabel:
     model_config_path: Path
     device: str | None          # the GPU the folder is named after ('Tesla V100-PCIE-32GB'), None when unknown
     num_layer: int | None = None
+    mode: str = "train"         # 'train' or 'inference' (:data:`MODES`)
     sha256: str = ""
     size_bytes: int = 0
 
@@ -81,11 +86,17 @@ def expand(paths: Sequence[Path]) -> list[Path]:
     return expand_files(paths, (".json",), ".json label files")
 
 
-def _ms(path: Path, data: dict[str, Any], name: str) -> float:
+def _ms(path: Path, data: dict[str, Any], name: str, zero: bool = False) -> float:
+    """A field in ms: a positive number (``zero``: exactly 0, an inference label's backward)."""
     if name not in data:
         raise PmdbError(f"{path}: no field {name} (a NeuSight label has {', '.join(FIELDS)} in ms)")
     value = data[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PmdbError(f"{path}: field {name} is {value!r}, not a number of ms")
+    if zero and value != 0:
+        raise PmdbError(f"{path}: field {name} is {value!r}; an inference label (-inf- in its name) runs no "
+                        f"backward, so it must be 0")
+    if not zero and value <= 0:
         raise PmdbError(f"{path}: field {name} is {value!r}, not a positive number of ms")
     return float(value)
 
@@ -102,14 +113,15 @@ def parse_neusight(path: Path, data: bytes, model_configs: Path | None = None) -
     match = _NAME.match(path.name)
     if not match:
         raise PmdbError(f"{path}: the file name is not <model>-train-<seq>-<batch>.json (NeuSight's label name)")
-    if match["mode"] != "train":
-        raise PmdbError(f"{path}: mode {match['mode']!r} in the file name; only training steps "
-                        f"(<model>-train-<seq>-<batch>.json) are the ground truth of a training workload")
+    mode = MODES.get(match["mode"])
+    if mode is None:
+        raise PmdbError(f"{path}: mode {match['mode']!r} in the file name; NeuSight labels are training steps "
+                        f"(<model>-train-<seq>-<batch>.json) or inference calls (<model>-inf-<seq>-<batch>.json)")
     seq_len, batch_size = int(match["seq"]), int(match["batch"])
     if seq_len < 1 or batch_size < 1:
         raise PmdbError(f"{path}: sequence length and batch size in the file name must be >= 1")
     doc = parse_object(path, data, not_json="not valid JSON", what="a NeuSight label")
-    fw, bw, e2e = (_ms(path, doc, name) for name in FIELDS)
+    fw, bw, e2e = (_ms(path, doc, name, zero=name == "bwall_latency" and mode == "inference") for name in FIELDS)
     if abs(e2e - (fw + bw)) > E2E_TOLERANCE * e2e:
         raise PmdbError(f"{path}: field e2e_latency ({e2e:g} ms) is not fw_latency + bwall_latency "
                         f"({fw + bw:g} ms)")
@@ -128,13 +140,13 @@ def parse_neusight(path: Path, data: bytes, model_configs: Path | None = None) -
     if layers and isinstance(depth, int) and depth != layers:
         raise PmdbError(f"{path}: field num_layer is {layers} but the model config {config_path} has {depth} layers")
     return E2eLabel(path, match["model"], seq_len, batch_size, fw * 1e3, bw * 1e3, e2e * 1e3, model_config,
-                    config_path, _device(path), layers)
+                    config_path, _device(path), layers, mode=mode)
 
 
-def _measured(name: str) -> tuple[str, str, str] | None:
-    """(model, seq, batch) a label's file name states; None when it states none."""
+def _measured(name: str) -> tuple[str, str, str, str | None] | None:
+    """(model, seq, batch, mode) a label's file name states; None when it states none."""
     match = _NAME.match(Path(name).name)
-    return (match["model"], match["seq"], match["batch"]) if match else None
+    return (match["model"], match["seq"], match["batch"], MODES.get(match["mode"])) if match else None
 
 
 def read_labels(paths: Sequence[Path], fmt: str, model_configs: Path | None = None
@@ -166,8 +178,8 @@ def read_labels(paths: Sequence[Path], fmt: str, model_configs: Path | None = No
 def same_as(label: E2eLabel, other: Path | str, when: str) -> None:
     """Refuse a label whose content is that of ``other`` but whose name states another measurement."""
     if _measured(str(other)) != _measured(label.path.name):
-        raise PmdbError(f"{label.path}: same content as {other} ({when}) but another model, sequence or batch in "
-                        f"its name: which one was measured?")
+        raise PmdbError(f"{label.path}: same content as {other} ({when}) but another model, sequence, batch or "
+                        f"mode in its name: which one was measured?")
 
 
 def check_platform(store: Store, name: str, create: bool) -> bool:
@@ -230,7 +242,7 @@ def _store_label(store: Store, label: E2eLabel, fmt: str, platform: str) -> tupl
     run = store.start_run(KIND, platform, {"file": str(label.path), "format": fmt,
                                            "model_config": str(label.model_config_path)})
     workload_id = ensure_workload(store, family="transformer", name=label.model,
-                                  config=workload_identity(label.model_config, label.seq_len),
+                                  config=workload_identity(label.model_config, label.seq_len, mode=label.mode),
                                   batch_size=label.batch_size, world_size=1)
     store.insert_one("imported_files", {"sha256": label.sha256, "run_id": run.run_id, "path": str(label.path),
                                         "format": FILE_FORMAT[fmt], "platform": platform,
@@ -238,8 +250,9 @@ def _store_label(store: Store, label: E2eLabel, fmt: str, platform: str) -> tupl
     store.insert_one("workload_runs", {
         "run_id": run.run_id, "workload_id": workload_id, "platform": platform,
         "iterations": NEUSIGHT_REPETITIONS, "warmup": 0, "measured_us": label.e2e_us, "fw_us": label.fw_us,
-        "bw_us": label.bw_us, "source": "imported", "source_file": label.sha256})
-    run.summary = {"workload_id": workload_id, "model": label.model, "batch_size": label.batch_size,
+        "bw_us": label.bw_us if label.mode == "train" else None, "source": "imported", "source_file": label.sha256})
+    run.summary = {"workload_id": workload_id, "model": label.model, "mode": label.mode,
+                   "batch_size": label.batch_size,
                    "seq_len": label.seq_len, "e2e_us": label.e2e_us, "fw_us": label.fw_us, "bw_us": label.bw_us,
                    "device": label.device, "statistic": f"mean of the fastest {NEUSIGHT_AVERAGED} of "
                                                         f"{NEUSIGHT_REPETITIONS} repetitions (CUDA events)"}

@@ -9,6 +9,11 @@ One warm-up step runs unrecorded first, so the recorded step is a repetition lik
 parameters' gradients exist and the backward accumulates into them (with an optimizer, the loop zeroes them
 instead and the recorded step ends with ``optimizer.step()`` on initialised state).
 
+**Inference** (``mode`` 'inference', the recipe of NeuSight's ``-inf-`` labels): the model in eval mode (no
+dropout), encoder models (BERT) with a sequence-classification head instead of their pre-training one, and the
+model call alone under ``torch.no_grad()``: no loss, no backward, no optimizer. Its workload identity differs from
+the training step's by its recipe (:data:`RECIPE_INFERENCE`), so a label of either kind meets only its own capture.
+
 The recorded step is marked ``ProfilerStep#1`` (one complete iteration); inside it each phase is a record_function
 named ``pmdb::phase::<forward|loss|backward|optimizer>`` (:data:`PHASE_MARKERS`), so the forward and the backward
 can be priced separately (the labels time ``fw`` = the model call and ``bw`` = ``loss.backward()``; the loss is in
@@ -63,9 +68,12 @@ from pmdb.store import Store
 PHASES = ("forward", "loss", "backward", "optimizer")
 PHASE_MARKERS = {phase: f"pmdb::phase::{phase}" for phase in PHASES}
 STEP_MARKER = "ProfilerStep#1"   # profile.STEP_MARKER of iteration 1: the trace's one complete iteration
-HEADS = ("auto", "pretraining", "causal-lm", "masked-lm", "seq2seq-lm")
+HEADS = ("auto", "pretraining", "causal-lm", "masked-lm", "seq2seq-lm", "sequence-classification")
 OPTIMIZERS = ("none", "adamw", "sgd")
+MODES = ("train", "inference")
 RECIPE = "train-step:ones-ce-vs-inputs:fp32:eager"   # the labels' recipe, part of the workload identity
+# the inference labels' recipe (NeuSight ``-inf-`` labels): eval mode, the model call under no_grad, nothing else
+RECIPE_INFERENCE = "inference:ones:fp32:eager:no-grad"
 METADATA_KEYS = ("_name_or_path", "transformers_version")  # config keys that name, not shape, a model
 KIND = "graph"
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
@@ -83,9 +91,10 @@ class GraphRequest:
     head: str = "auto"
     optimizer: str = "none"
     source: str | None = None   # the config file as given
+    mode: str = "train"         # 'train': the training step; 'inference': the model call alone (:data:`MODES`)
 
     def identity(self) -> dict[str, Any]:
-        return workload_identity(self.model_config, self.seq_len, self.head, self.optimizer)
+        return workload_identity(self.model_config, self.seq_len, self.head, self.optimizer, self.mode)
 
 
 def config_digest(model_config: dict[str, Any]) -> str:
@@ -95,11 +104,15 @@ def config_digest(model_config: dict[str, Any]) -> str:
 
 
 def workload_identity(model_config: dict[str, Any], seq_len: int, head: str = "auto",
-                      optimizer: str = "none") -> dict[str, Any]:
+                      optimizer: str = "none", mode: str = "train") -> dict[str, Any]:
     """The ``workloads.config`` of a recipe step: the same for a shape-only capture and an imported label of the same
-    model config, sequence length, head and optimizer (the batch size is the workload's own column), so both get
-    one workload id (:func:`collectors.workloads.store_rows.ensure_workload` hashes it)."""
-    return {"recipe": RECIPE, "model_type": model_config.get("model_type"),
+    model config, sequence length, head, optimizer and mode (the batch size is the workload's own column), so both
+    get one workload id (:func:`collectors.workloads.store_rows.ensure_workload` hashes it). A training step's
+    identity is what it was before inference existed (stores keep matching their labels); an inference one differs
+    by its recipe."""
+    if mode not in MODES:
+        raise PmdbError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
+    return {"recipe": RECIPE if mode == "train" else RECIPE_INFERENCE, "model_type": model_config.get("model_type"),
             "model_config_sha256": config_digest(model_config), "seq_len": int(seq_len), "head": head,
             "optimizer": None if optimizer == "none" else optimizer}
 
@@ -141,9 +154,10 @@ def check_sizes(config: Any, seq_len: int, where: str) -> None:
         raise PmdbError(f"{where}: sequence length {seq_len} exceeds the model's {positions} positions")
 
 
-def resolve_head(config: Any, head: str) -> str:
+def resolve_head(config: Any, head: str, mode: str = "train") -> str:
     """The head the labels' recipe uses for ``auto``: encoder-decoder models a seq2seq LM, encoder models (those
-    with a masked-LM class, e.g. BERT) their pre-training head, every other model a causal LM."""
+    with a masked-LM class, e.g. BERT) their pre-training head in training and a sequence classifier in inference
+    (NeuSight's ``get_model``), every other model a causal LM."""
     if head not in HEADS:
         raise PmdbError(f"unknown --head {head!r} for a graph capture: use {', '.join(HEADS)}")
     if head != "auto":
@@ -154,27 +168,32 @@ def resolve_head(config: Any, head: str) -> str:
     if getattr(config, "is_encoder_decoder", False):
         return "seq2seq-lm"
     if kind in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        if mode == "inference" and kind in auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
+            return "sequence-classification"
         return "pretraining" if kind in auto.MODEL_FOR_PRETRAINING_MAPPING_NAMES else "masked-lm"
     return "causal-lm"
 
 
 def build_model(request: GraphRequest, device: str) -> tuple[Any, str, dict[str, Any]]:
-    """(model in training mode, head used, model inputs) on ``device`` ('meta': no memory, no initialisation)."""
+    """(model in training mode, or eval mode for inference; head used; model inputs) on ``device`` ('meta': no
+    memory, no initialisation)."""
     import torch
     import transformers
 
     config = build_config(request.model_config, request.source or request.name)
     check_sizes(config, request.seq_len, request.source or request.name)
-    head = resolve_head(config, request.head)
+    head = resolve_head(config, request.head, request.mode)
     classes = {"pretraining": transformers.AutoModelForPreTraining, "causal-lm": transformers.AutoModelForCausalLM,
-               "masked-lm": transformers.AutoModelForMaskedLM, "seq2seq-lm": transformers.AutoModelForSeq2SeqLM}
+               "masked-lm": transformers.AutoModelForMaskedLM, "seq2seq-lm": transformers.AutoModelForSeq2SeqLM,
+               "sequence-classification": transformers.AutoModelForSequenceClassification}
     try:
         with torch.device(device):
             model = classes[head].from_config(config, attn_implementation="eager")
     except ValueError as exc:
         raise PmdbError(f"{request.name}: {config.model_type} has no {head} model class in transformers "
                         f"({str(exc).strip().splitlines()[0]}); try another --head") from None
-    model = model.to(torch.float32).train()
+    model = model.to(torch.float32)
+    model = model.train() if request.mode == "train" else model.eval()
     ids = torch.ones(request.batch_size, request.seq_len, dtype=torch.int64, device=device)
     inputs: dict[str, Any] = {"input_ids": ids}
     if head == "seq2seq-lm":
@@ -218,18 +237,35 @@ def _step(model: Any, inputs: dict[str, Any], optimizer: Any, marked: bool) -> N
             optimizer.step()
 
 
-def record_step(model: Any, inputs: dict[str, Any], optimizer: str, path: Path) -> None:
-    """A warm-up step, then the recorded one: an execution trace of ``ProfilerStep#1`` written to ``path``."""
+def _inference(model: Any, inputs: dict[str, Any], marked: bool) -> None:
+    """One model call of the inference recipe (under no_grad); ``marked``: inside the forward phase marker."""
+    import torch
+    from torch.profiler import record_function
+
+    with torch.no_grad(), record_function(PHASE_MARKERS["forward"]) if marked else contextlib.nullcontext():
+        model(**inputs)
+
+
+def record_step(model: Any, inputs: dict[str, Any], optimizer: str, path: Path, mode: str = "train") -> None:
+    """A warm-up step, then the recorded one: an execution trace of ``ProfilerStep#1`` written to ``path``
+    (``mode`` 'inference': the model call alone, under no_grad, and no optimizer)."""
     from torch.profiler import ExecutionTraceObserver, record_function
 
-    opt = _optimizer(model, optimizer)
-    _step(model, inputs, opt, marked=False)
+    opt = _optimizer(model, optimizer) if mode == "train" else None
+
+    def step(marked: bool) -> None:
+        if mode == "train":
+            _step(model, inputs, opt, marked=marked)
+        else:
+            _inference(model, inputs, marked)
+
+    step(False)
     observer = ExecutionTraceObserver()
     observer.register_callback(str(path))
     observer.start()
     try:
         with record_function(STEP_MARKER):
-            _step(model, inputs, opt, marked=True)
+            step(True)
     finally:
         observer.stop()
         observer.unregister_callback()
@@ -438,10 +474,11 @@ def capture(request: GraphRequest, path: Path, device: str = "meta") -> CaptureI
     try:
         with balanced_routing(model, request.batch_size, request.seq_len) if device == "meta" \
                 else contextlib.nullcontext() as routing:
-            record_step(model, inputs, request.optimizer, path)
+            record_step(model, inputs, request.optimizer, path, request.mode)
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
         text = str(exc).strip().splitlines()
-        raise PmdbError(f"{request.name}: the training step cannot be recorded on the {device} device "
+        what = "training step" if request.mode == "train" else "inference call"
+        raise PmdbError(f"{request.name}: the {what} cannot be recorded on the {device} device "
                         f"({text[0] if text else type(exc).__name__})") from None
     recorded = time.perf_counter()
     info = CaptureInfo(head, sum(p.numel() for p in model.parameters()), routing=routing)
@@ -473,7 +510,7 @@ def collect_graph(store: Store, platform: str, request: GraphRequest, args: dict
                                           batch_size=request.batch_size, world_size=1)
             set_id = ingest_trace_set(store, run.run_id, platform, [RankTraces(0, None, et)], label=request.name,
                                       workload_id=workload_id, source="captured")
-            run.summary = {"workload_id": workload_id, "trace_set_id": set_id, "head": info.head,
+            run.summary = {"workload_id": workload_id, "trace_set_id": set_id, "mode": request.mode, "head": info.head,
                            "parameters": info.parameters, "et_nodes": info.stats.kept,
                            "pruned_nodes": info.stats.pruned, "et_bytes": et.stat().st_size,
                            "seconds": {**{k: round(v, 3) for k, v in info.seconds.items()},

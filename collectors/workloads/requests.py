@@ -149,7 +149,8 @@ def dlrm_request(store: Store, opts: dict[str, Any]) -> WorkloadRequest:
     """DLRM: ``--preset`` | ``--config FILE`` | ``--task ID`` (+ batch size, world size, sharder or sharding file,
     index source, embedding implementation)."""
     check_counts(opts)
-    _refuse(opts, ("arch", "layers", "hidden", "heads", "seq_len", "head", "graph_only", "optimizer"), "dlrm")
+    _refuse(opts, ("arch", "layers", "hidden", "heads", "seq_len", "head", "graph_only", "optimizer", "inference"),
+            "dlrm")
     chosen = [n for n in ("preset", "config", "task") if opts.get(n) is not None]
     if len(chosen) > 1:
         raise PmdbError(f"give one of --preset, --config, --task (got {', '.join('--' + c for c in chosen)})")
@@ -182,6 +183,8 @@ def transformer_request(opts: dict[str, Any]) -> WorkloadRequest:
     _refuse(opts, ("preset", "task", "sharder", "sharding", "index_source", "embedding"), "transformer")
     if opts.get("optimizer") is not None:
         raise PmdbError("--optimizer goes with --graph-only (a measured transformer run always steps AdamW)")
+    if opts.get("inference"):
+        raise PmdbError("--inference goes with --graph-only (a measured transformer run times training steps)")
     if not opts.get("arch"):
         raise PmdbError("give --arch (gpt2, bert, xlnet, or any model type transformers knows)")
     if (opts.get("head") or "auto") not in HEADS:
@@ -210,7 +213,8 @@ GRAPH_REFUSED = ("preset", "task", "sharder", "sharding", "index_source", "embed
 def graph_request(opts: dict[str, Any], given: set[str] | frozenset[str] = frozenset()) -> "GraphRequest":
     """Transformer ``--graph-only``: the model config (``--config FILE``, a transformers config JSON with its
     ``model_type``, and/or ``--arch``), ``--batch-size`` (default 8), ``--seq-len`` (default 64), ``--head``,
-    ``--optimizer``. ``given``: the options set on the command line (their defaults are not refused)."""
+    ``--optimizer``, ``--inference`` (the model call alone, :data:`graph_only.MODES`). ``given``: the options set on
+    the command line (their defaults are not refused)."""
     check_counts(opts)
     from collectors.workloads.graph_only import HEADS as GRAPH_HEADS, OPTIMIZERS, GraphRequest, build_config, \
         check_sizes, load_model_config, resolve_head
@@ -238,12 +242,15 @@ def graph_request(opts: dict[str, Any], given: set[str] | frozenset[str] = froze
     optimizer = opts.get("optimizer") or "none"
     if optimizer not in OPTIMIZERS:
         raise PmdbError(f"unknown --optimizer {optimizer!r}: use {', '.join(OPTIMIZERS)}")
+    mode = "inference" if opts.get("inference") else "train"
+    if mode == "inference" and optimizer != "none":
+        raise PmdbError(f"--optimizer {optimizer} with --inference: an inference call updates no weights")
     where = str(path) if path is not None else f"--arch {arch}"
     seq_len = opts.get("seq_len") or 64
     config = build_config(model_config, where)
     check_sizes(config, seq_len, where)
-    if head != "auto" and resolve_head(config, "auto") == head:
+    if head != "auto" and resolve_head(config, "auto", mode) == head:
         head = "auto"  # the recipe's own head: the same workload as a label of this model
     name = Path(path).stem if path is not None else str(arch)
     return GraphRequest(name, model_config, opts.get("batch_size") or 8, seq_len, head, optimizer,
-                        str(path) if path is not None else None)
+                        str(path) if path is not None else None, mode)

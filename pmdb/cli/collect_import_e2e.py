@@ -29,7 +29,8 @@ def import_e2e(ctx: typer.Context,
                model_configs: Optional[Path] = typer.Option(
                    None, "--model-configs", help="Folder of the <model>.json transformers configs the labels name "
                                                  "(default: model_configs beside the labels' GPU folder).")) -> None:
-    """Import measured GPU training steps (forward, backward, total) as ground truth of their workloads."""
+    """Import measured GPU training steps (forward, backward, total) and inference calls (-inf- labels: the
+    forward alone) as ground truth of their workloads."""
     from collectors.importers.e2e_labels import FORMATS, import_e2e_files
 
     if fmt not in FORMATS:
@@ -47,9 +48,11 @@ def import_e2e(ctx: typer.Context,
     if not report.imported:
         typer.echo(f"nothing new to import on platform {platform}")
         return
-    render(pd.DataFrame([{"run_id": run_id, "workload_id": workload_id, "model": label.model,
+    render(pd.DataFrame([{"run_id": run_id, "workload_id": workload_id,
+                          "model": label.model + (" (inf)" if label.mode == "inference" else ""),
                           "batch": label.batch_size, "seq": label.seq_len, "fw_us": round(label.fw_us, 1),
-                          "bw_us": round(label.bw_us, 1), "e2e_us": round(label.e2e_us, 1)}
+                          "bw_us": round(label.bw_us, 1) if label.mode == "train" else "-",
+                          "e2e_us": round(label.e2e_us, 1)}
                          for label, run_id, workload_id in report.imported]))
 
 

@@ -63,6 +63,9 @@ def workload(
                                     "transformers config JSON with model_type) with --batch-size and --seq-len."),
     optimizer: Optional[str] = typer.Option(None, "--optimizer", help="With --graph-only: none (default, like the "
                                             "labels), adamw or sgd (multi-tensor, as on a GPU) after the backward."),
+    inference: bool = typer.Option(False, "--inference", help="With --graph-only: record the model call alone in "
+                                   "eval mode under no_grad (an inference label's recipe; encoder models with a "
+                                   "sequence-classification head) instead of a training step."),
 ) -> None:
     """Measure a training workload: ground truth per rank (no profiler), then a Kineto-only and an execution-trace
     pass per rank, stored as one trace set. With --graph-only: record a transformer step's shapes only."""
@@ -154,12 +157,13 @@ def _graph_only(ctx: typer.Context, opts: dict, platform: Optional[str]) -> None
     args = {k: (str(v) if isinstance(v, Path) else v) for k, v in ctx.params.items()}
     with open_store(ctx) as store:
         name = platforms.resolve(store, platform)  # an unknown --platform is refused before anything is said
+        what = "optimizer " + request.optimizer if request.mode == "train" else "inference (model call alone)"
         typer.echo(f"transformer {request.name}: shape-only capture, batch {request.batch_size}, sequence "
-                   f"{request.seq_len}, head {request.head}, optimizer {request.optimizer}", err=True)
+                   f"{request.seq_len}, head {request.head}, {what}", err=True)
         summary = collect_graph(store, name, request, args)
     seconds = summary["seconds"]
     rows = [("workload_id", summary["workload_id"]), ("trace_set_id", summary["trace_set_id"]),
-            ("head", summary["head"]), ("parameters", summary["parameters"]), ("et_nodes", summary["et_nodes"]),
+            ("mode", summary["mode"]), ("head", summary["head"]), ("parameters", summary["parameters"]), ("et_nodes", summary["et_nodes"]),
             ("pruned_nodes", summary["pruned_nodes"]),
             ("capture_s", f"{seconds['build'] + seconds['record'] + seconds['normalize']:.2f}"),
             ("store_s", f"{seconds['store']:.2f}"), ("peak_rss_mib", summary["peak_rss_mib"])]

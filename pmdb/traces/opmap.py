@@ -215,7 +215,10 @@ def _layer_norm(op: Op, pass_: str = "fwd", x: list[int] | None = None) -> Mappe
     return Mapped("layer_norm", pass_, _bmn(x)) if x else None
 
 
-def _dropout(op: Op, pass_: str = "fwd", x: list[int] | None = None) -> Mapped | None:
+def _dropout(op: Op, pass_: str = "fwd", x: list[int] | None = None) -> Mapped | _NoWork | None:
+    """A dropout; in eval mode (``train`` False: an inference call) it returns its input: no device work."""
+    if pass_ == "fwd" and _scalar(op, 2, True) is False:
+        return NO_WORK
     x = x or (_tensors(op.input_shapes) or [None])[0]
     if not x:
         return None

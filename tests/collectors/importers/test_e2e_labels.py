@@ -68,6 +68,29 @@ def test_label_is_the_ground_truth_of_the_graph_capture(workspace, store, tmp_pa
         assert ground_truth(reopened, set_id, "t4-other", "model")[0] is None  # another GPU: no ground truth
 
 
+INFERENCE = {"num_layer": 2, "e2e_latency": 1.25, "fw_latency": 1.25, "bwall_latency": 0}
+
+
+def test_inference_label_is_the_ground_truth_of_the_inference_capture(workspace, store, tmp_path):
+    """An -inf- label (the model call alone) meets the --inference capture of its model, not the training one."""
+    train = labels_tree(tmp_path, LABEL)
+    inference = labels_tree(tmp_path, INFERENCE, name="tiny_gpt2-inf-16-2.json")
+    report = import_e2e_files(store, [train, inference], "neusight", platform="t4", create_platform=True)
+    runs = {label.mode: (run_id, workload_id) for label, run_id, workload_id in report.imported}
+    assert sorted(runs) == ["inference", "train"] and runs["inference"][1] != runs["train"][1]
+    row = store.query("SELECT * FROM v_workload_runs WHERE run_id = ?", [runs["inference"][0]]).iloc[0]
+    assert (row["measured_us"], row["fw_us"]) == (1250.0, 1250.0) and row["bw_us"] != row["bw_us"]  # NULL
+    store.close()
+    config = tmp_path / "model_configs" / "tiny_gpt2.json"
+    argv = ["--home", str(workspace.home), "collect", "workload", "transformer", "--graph-only", "--config",
+            str(config), "--batch-size", "2", "--seq-len", "16"]
+    assert main(argv) == 0 and main([*argv, "--inference"]) == 0
+    with Store.open(workspace) as reopened:
+        sets = dict(reopened.conn.execute("SELECT workload_id, trace_set_id FROM v_trace_sets").fetchall())
+        assert ground_truth(reopened, sets[runs["inference"][1]], "t4", "model") == (runs["inference"][0], 1250.0)
+        assert ground_truth(reopened, sets[runs["train"][1]], "t4", "model") == (runs["train"][0], 3000.0)
+
+
 def test_reimport_is_skipped_and_measured_runs_keep_working(store, tmp_path):
     label = labels_tree(tmp_path)
     copy = tmp_path / "elsewhere" / "Tesla_T4" / label.name
@@ -95,12 +118,13 @@ def test_reimport_is_skipped_and_measured_runs_keep_working(store, tmp_path):
 
 BAD = [
     ("tiny_gpt2-train-16-2.json", {"e2e_latency": 3.0, "bwall_latency": 2.0}, r"no field fw_latency"),
-    ("tiny_gpt2-train-16-2.json", dict(LABEL, bwall_latency="2"), r"field bwall_latency is '2', not a positive"),
+    ("tiny_gpt2-train-16-2.json", dict(LABEL, bwall_latency="2"), r"field bwall_latency is '2', not a number of ms"),
     ("tiny_gpt2-train-16-2.json", dict(LABEL, e2e_latency=-3.0), r"field e2e_latency is -3.0"),
     ("tiny_gpt2-train-16-2.json", dict(LABEL, e2e_latency=4.0), r"field e2e_latency \(4 ms\) is not fw_latency \+"),
     ("tiny_gpt2-train-16-2.json", dict(LABEL, num_layer=3), r"field num_layer is 3 but the model config .* 2 layers"),
     ("tiny_gpt2-train-16-2.json", "{not json", r"tiny_gpt2-train-16-2.json:1: not valid JSON"),
-    ("tiny_gpt2-inf-16-2.json", LABEL, r"mode 'inf' in the file name; only training steps"),
+    ("tiny_gpt2-eval-16-2.json", LABEL, r"mode 'eval' in the file name; NeuSight labels are training steps"),
+    ("tiny_gpt2-inf-16-2.json", LABEL, r"field bwall_latency is 2.0; an inference label .* must be 0"),
     ("tiny_gpt2_16_2.json", LABEL, r"file name is not <model>-train-<seq>-<batch>.json"),
     ("huge-train-16-2.json", LABEL, r"no model config .*huge.json for model 'huge'"),
     ("tiny_gpt2-train-64-2.json", LABEL, r"sequence length 64 exceeds the model's 32 positions"),
@@ -122,7 +146,7 @@ def test_same_content_under_another_name_is_refused(store, tmp_path):
     label = labels_tree(tmp_path)
     twin = labels_tree(tmp_path, name="tiny_gpt2-train-16-4.json")
     with pytest.raises(PmdbError, match=r"tiny_gpt2-train-16-4.json: same content as .*tiny_gpt2-train-16-2.json "
-                                        r"\(given before\) but another model, sequence or batch"):
+                                        r"\(given before\) but another model, sequence, batch or mode"):
         import_e2e_files(store, [label, twin], "neusight", platform="t4", create_platform=True)
     import_e2e_files(store, [label], "neusight", platform="t4", create_platform=True)
     with pytest.raises(PmdbError, match=r"\(already imported\) but another"):

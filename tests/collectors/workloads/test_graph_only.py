@@ -62,17 +62,21 @@ def canonical_cpu(sequence: list[tuple]) -> list[tuple]:
     return [i[:3] for i in out]
 
 
-@pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> dict[str, dict[str, Path]]:
-    """Per tiny model: the meta capture and the real CPU run of the recipe step (batch 2, sequence 16)."""
-    folder = tmp_path_factory.mktemp("graphs")
+def captured_pairs(folder: Path, mode: str) -> dict[str, dict[str, Path]]:
+    """Per tiny model: the meta capture and the real CPU run of the recipe (``mode``; batch 2, sequence 16)."""
     out: dict[str, dict[str, Path]] = {}
     for arch, config in TINY.items():
         out[arch] = {}
         for device in ("cpu", "meta"):
             out[arch][device] = folder / f"{arch}.{device}.et.json"
-            capture(GraphRequest(arch, config, 2, 16), out[arch][device], device=device)
+            capture(GraphRequest(arch, config, 2, 16, mode=mode), out[arch][device], device=device)
     return out
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """The training step's pairs."""
+    return captured_pairs(tmp_path_factory.mktemp("graphs"), "train")
 
 
 @pytest.mark.parametrize("arch", sorted(TINY))
@@ -111,6 +115,37 @@ def test_optimizer_is_its_own_phase(tmp_path):
     assert any(n["name"].startswith("Optimizer.step#") for n in _nodes(path))
 
 
+@pytest.fixture(scope="module")
+def inference_traces(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """The inference call's pairs."""
+    return captured_pairs(tmp_path_factory.mktemp("inference"), "inference")
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_inference_capture_is_the_model_call_alone(inference_traces, traces, arch):
+    meta = aten_sequence(inference_traces[arch]["meta"])
+    assert [i[:3] for i in meta] == canonical_cpu(aten_sequence(inference_traces[arch]["cpu"]))
+    assert {phase for phase, *_ in meta} == {"forward"}        # no loss, no backward, nothing outside the call
+    names = [n["name"] for n in _nodes(inference_traces[arch]["meta"])]
+    assert not any(n.startswith("autograd::") for n in names)   # under no_grad
+    ops = {item[1] for item in meta}
+    train_ops = {item[1] for item in aten_sequence(traces[arch]["meta"]) if item[0] == "forward"}
+    assert "aten::bernoulli_" in train_ops and "aten::bernoulli_" not in ops   # eval mode: no dropout masks drawn
+    dropouts = [n for n in _nodes(inference_traces[arch]["meta"]) if n["name"] == "aten::dropout"]
+    assert dropouts and all(n["inputs"]["values"][2] is False for n in dropouts)   # train=False: returns its input
+
+
+def test_inference_heads_and_identity():
+    from collectors.workloads.graph_only import RECIPE_INFERENCE, build_config, resolve_head
+
+    bert, gpt2 = build_config(TINY["bert"], "bert"), build_config(TINY["gpt2"], "gpt2")
+    assert resolve_head(bert, "auto", "inference") == "sequence-classification"   # NeuSight's get_model
+    assert resolve_head(bert, "auto") == "pretraining" and resolve_head(gpt2, "auto", "inference") == "causal-lm"
+    train, inference = workload_identity(TINY["gpt2"], 16), workload_identity(TINY["gpt2"], 16, mode="inference")
+    assert inference["recipe"] == RECIPE_INFERENCE and train != inference
+    assert train == workload_identity(TINY["gpt2"], 16, "auto", "none")   # a training identity as before
+
+
 def cli(workspace, *args: str) -> int:
     return main(["--home", str(workspace.home), "collect", "workload", "transformer", "--graph-only", *args])
 
@@ -138,6 +173,21 @@ def test_cli_stores_an_et_only_trace_set(workspace, tmp_path, capsys):
     assert re.search(r"trace_set_id\s+1", out) and re.search(r"head\s+causal-lm", out)
 
 
+def test_cli_inference_capture_is_its_own_workload(workspace, tmp_path, capsys):
+    config = tmp_path / "tiny_bert.json"
+    config.write_text(json.dumps(TINY["bert"]))
+    args = ["--config", str(config), "--batch-size", "2", "--seq-len", "16"]
+    assert cli(workspace, *args) == 0 and cli(workspace, *args, "--inference") == 0
+    out = capsys.readouterr().out
+    assert re.search(r"mode\s+inference", out) and re.search(r"head\s+sequence-classification", out)
+    with Store.open(workspace, read_only=True) as store:
+        configs = [json.loads(c) for c in store.query("SELECT config FROM workloads ORDER BY workload_id")["config"]]
+        assert configs == [workload_identity(TINY["bert"], 16), workload_identity(TINY["bert"], 16, mode="inference")]
+        phases = store.query("SELECT DISTINCT o.name FROM trace_ops o JOIN v_traces t USING (trace_id) "
+                             "WHERE t.trace_set_id = 2 AND o.name LIKE 'pmdb::phase::%'")["name"].tolist()
+        assert phases == [PHASE_MARKERS["forward"]]
+
+
 @pytest.mark.parametrize("args, pattern", [
     (["--config", "/nonexistent/model.json"], r"cannot read model config file /nonexistent/model.json"),
     ([], r"--graph-only needs the model: --config FILE"),
@@ -147,6 +197,7 @@ def test_cli_stores_an_et_only_trace_set(workspace, tmp_path, capsys):
     (["--arch", "gpt9000"], r"--arch gpt9000: not a usable transformers config"),
     (["--arch", "gpt2", "--head", "classification"], r"unknown --head 'classification' for --graph-only"),
     (["--arch", "gpt2", "--optimizer", "lamb"], r"unknown --optimizer 'lamb'"),
+    (["--arch", "gpt2", "--inference", "--optimizer", "adamw"], r"--optimizer adamw with --inference"),
 ])
 def test_bad_graph_requests_are_one_line_errors_without_a_run(workspace, capsys, args, pattern):
     assert cli(workspace, *args) == 2

@@ -55,6 +55,11 @@ def test_views_and_copies():
     assert map_op(Op("aten::view", input_shapes=[[64, 8], []])) is NO_WORK
     assert map_op(Op("aten::t", input_shapes=[[8, 32]])) is NO_WORK
     assert map_op(Op("aten::to", input_shapes=[[64, 16], [], [], [], []])) is NO_WORK  # no copy happened
+    # an eval-mode dropout (train False: an inference call) returns its input; in the ET's scalars or Kineto's inputs
+    assert map_op(Op("aten::dropout", input_shapes=[[2, 128, 768], [], []], attrs={"scalars": {"2": False}})) \
+        is NO_WORK
+    assert map_op(Op("aten::dropout", input_shapes=[[2, 128, 768], [], []],
+                     attrs={"concrete_inputs": ["", "0.1", "False"]})) is NO_WORK
     copied = Op("aten::to", input_shapes=[[64, 16], [], [], [], []], children=[("aten::_to_copy", [[64, 16]])])
     assert map_op(copied) == Mapped("memcpy", "fwd", {"M": 64, "N": 16})
     assert map_op(Op("aten::copy_", input_shapes=[[8, 32], [8, 32], []])) == Mapped("memcpy", "fwd",
