@@ -2,9 +2,11 @@
 device (no weights, no arithmetic), stored as an ordinary trace set with one execution trace and no Kineto times.
 
 The step follows the recipe of the GPU e2e labels (NeuSight ``measure_e2e``, ../shared/data/README.md, gpu_e2e):
-the ``transformers`` config as given (``AutoConfig.for_model(**json)``), fp32, ``attn_implementation="eager"``,
-training mode (dropout on), input ids all ones of shape (batch, seq), cross-entropy of the logits
-(``prediction_logits`` for pre-training heads) against the inputs, ``loss.backward()``, no optimizer unless asked.
+the ``transformers`` config as given (``AutoConfig.for_model(**json)``), fp32, ``attn_implementation="eager"``
+and ``experts_implementation="eager"`` (mixture-of-experts layers loop over their experts; transformers' default,
+a fused ``grouped_mm``, takes bf16 only on the meta device, whose checks are CUDA's), training mode (dropout on),
+input ids all ones of shape (batch, seq), cross-entropy of the logits (``prediction_logits`` for pre-training heads)
+against the inputs, ``loss.backward()``, no optimizer unless asked.
 One warm-up step runs unrecorded first, so the recorded step is a repetition like the ones the labels average: the
 parameters' gradients exist and the backward accumulates into them (with an optimizer, the loop zeroes them
 instead and the recorded step ends with ``optimizer.step()`` on initialised state).
@@ -45,7 +47,8 @@ dispatch of composite ops, which is also what a GPU runs except where a composit
 Mixture-of-experts routers add three small ones: the backward of indexing and of ``max`` call ``index_put`` and
 ``scatter`` out of place on meta (``_index_put_impl_``, ``scatter_`` on a real device), and ``one_hot`` takes its
 meta branch (an ``eq`` against ``arange``). Their expert loops, data-dependent, are routed by a stated policy
-(:mod:`collectors.workloads.moe_routing`).
+(:mod:`collectors.workloads.moe_routing`: Switch Transformers' expert modules, the fused top-k experts of Mixtral,
+Qwen2-MoE, OLMoE and Qwen3-MoE).
 """
 from __future__ import annotations
 
@@ -139,7 +142,9 @@ def build_config(model_config: dict[str, Any], where: str) -> Any:
 # sizes a model config must give as whole numbers >= 1 when it gives them (transformers maps n_embd, d_model, ...
 # to these names); a 0 fails deep inside the model's constructor (ZeroDivisionError) instead of in one line
 POSITIVE_SIZES = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size", "intermediate_size",
-                  "num_key_value_heads", "head_dim", "max_position_embeddings", "n_inner", "d_ff", "d_kv")
+                  "num_key_value_heads", "head_dim", "max_position_embeddings", "n_inner", "d_ff", "d_kv",
+                  "num_local_experts", "num_experts_per_tok", "moe_intermediate_size")
+EXPERT_COUNTS = ("num_local_experts", "num_experts")   # a top-k router's experts, by the names configs give them
 
 
 def check_sizes(config: Any, seq_len: int, where: str) -> None:
@@ -152,6 +157,16 @@ def check_sizes(config: Any, seq_len: int, where: str) -> None:
     positions = getattr(config, "max_position_embeddings", None)
     if isinstance(positions, int) and 0 < positions < seq_len:
         raise PmdbError(f"{where}: sequence length {seq_len} exceeds the model's {positions} positions")
+    check_top_k(config, where)
+
+
+def check_top_k(config: Any, where: str) -> None:
+    """A top-k router picks at most as many experts per token as there are (more fails deep inside torch.topk)."""
+    top_k = getattr(config, "num_experts_per_tok", None)
+    experts = next((n for n in (getattr(config, name, None) for name in EXPERT_COUNTS)
+                    if isinstance(n, int) and not isinstance(n, bool) and n > 0), None)
+    if isinstance(top_k, int) and experts is not None and top_k > experts:
+        raise PmdbError(f"{where}: num_experts_per_tok is {top_k}, more than the model's {experts} experts")
 
 
 def resolve_head(config: Any, head: str, mode: str = "train") -> str:
@@ -188,7 +203,7 @@ def build_model(request: GraphRequest, device: str) -> tuple[Any, str, dict[str,
                "sequence-classification": transformers.AutoModelForSequenceClassification}
     try:
         with torch.device(device):
-            model = classes[head].from_config(config, attn_implementation="eager")
+            model = classes[head].from_config(config, attn_implementation="eager", experts_implementation="eager")
     except ValueError as exc:
         raise PmdbError(f"{request.name}: {config.model_type} has no {head} model class in transformers "
                         f"({str(exc).strip().splitlines()[0]}); try another --head") from None

@@ -1,46 +1,81 @@
 """Mixture-of-experts layers in a shape-only capture: which tokens each expert gets, when no data decides it.
 
-A mixture-of-experts layer routes each token to an expert by the router's output, so how many rows each expert's
+A mixture-of-experts layer routes each token to its experts by the router's output, so how many rows each expert's
 GEMMs get is data-dependent (``torch.nonzero``/``torch.where`` over the routing mask), and the ``meta`` device of
 :mod:`collectors.workloads.graph_only` has no data: the capture fails there. For the expert loops pmdb knows
-(:data:`ROUTED`, by ``model_type``), the capture replaces that loop by one with a stated policy, **balanced routing
-under the router's capacity**: every expert gets
+(:data:`ROUTED`, by ``model_type``), the capture replaces that loop by one with a stated policy, **balanced
+routing**: each token goes to ``top_k`` experts (the config's ``num_experts_per_tok``; 1 for Switch Transformers)
+and every expert gets the even share of those token-expert pairs,
 
-    tokens_per_expert = batch x min(expert_capacity, ceil(tokens per sequence / num_experts))
+    tokens_per_expert = ceil(tokens x top_k / num_experts)                           (no capacity), or
+    tokens_per_expert = batch x min(expert_capacity, ceil(tokens per sequence x top_k / num_experts))
 
 rows (Switch Transformers cap each expert's tokens per sequence at ``expert_capacity``; tokens over it pass the layer
-unchanged). The replacement runs the real loop's device work per expert on those rows: the gather of the expert's
-rows, the expert's MLP, the scaling by the routing weight and the ``index_add_`` back. It leaves out the routing
-mask's ``nonzero``/``where`` (small kernels, each a device-to-host sync on a GPU).
+unchanged). Two forms of expert loop are replaced (:class:`Routed`):
 
-What the policy cannot know: with the labels' inputs (every token id 1) the router may send most tokens of a sequence
-to one expert, which then computes its capacity's rows while the others compute few. Per sparse layer the
-difference is at most (num_experts - 1) x tokens_per_expert rows of the expert MLP; the capture's note says so.
+* ``modules``: a ModuleDict of experts named ``expert_<i>``, each an MLP module (Switch Transformers);
+* ``fused``: the top-k experts of transformers 5 (Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE): one module holding every
+  expert's weights, ``gate_up_proj`` [experts, 2 x intermediate, hidden] and ``down_proj`` [experts, hidden,
+  intermediate], ``forward(hidden_states, top_k_index, top_k_weights)``. The capture builds these with
+  ``experts_implementation="eager"`` (graph_only), so that this loop, not the fused ``grouped_mm`` path, is the one
+  replaced. A shared expert beside them (Qwen2-MoE) is a dense MLP of every token: captured as it is.
+
+The replacement runs the real loop's device work per expert on those rows: the gather of the expert's rows, the
+expert's MLP (fused: ``linear`` with ``gate_up_proj[e]``, ``chunk``, ``act_fn(gate) * up``, ``linear`` with
+``down_proj[e]``), the scaling by the routing weight and the ``index_add_`` back. It leaves out the routing mask's
+``one_hot``/``nonzero``/``where`` and the fused loop's ``item`` of each expert index (small kernels and
+device-to-host syncs on a GPU).
+
+What the policy cannot know: which experts a real router picks. With the labels' inputs (every token id 1) the
+tokens' hidden states are alike, and a top-k router without noise sends every token to the same ``top_k`` experts:
+a real CPU run of the tests' tiny Mixtral computes 2 of its 4 experts on all 32 tokens per layer, where the policy
+computes 4 on 16 rows each (the same rows in all, in fewer and larger GEMMs). Switch Transformers (dropout and
+router jitter in training) spread tokens more and cap each expert at its capacity. Per sparse layer a real expert
+computes between 0 and every token's rows (batch x capacity, with a capacity) where the policy gives each
+tokens_per_expert; the capture's note says that a real router may differ.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import types
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
-# model_type -> (module path, class name) of the expert loop the capture replaces
-ROUTED: dict[str, tuple[str, str]] = {
-    "switch_transformers": ("transformers.models.switch_transformers.modeling_switch_transformers",
-                            "SwitchTransformersExperts"),
+
+class Routed(NamedTuple):
+    """An expert loop the capture replaces: its class (module path, class name) and form ('modules' or 'fused',
+    the module docstring)."""
+
+    module: str
+    cls: str
+    form: str = "fused"
+
+
+# model_type -> the expert loop the capture replaces
+ROUTED: dict[str, Routed] = {
+    "switch_transformers": Routed("transformers.models.switch_transformers.modeling_switch_transformers",
+                                  "SwitchTransformersExperts", "modules"),
+    "mixtral": Routed("transformers.models.mixtral.modeling_mixtral", "MixtralExperts"),
+    "qwen2_moe": Routed("transformers.models.qwen2_moe.modeling_qwen2_moe", "Qwen2MoeExperts"),
+    "olmoe": Routed("transformers.models.olmoe.modeling_olmoe", "OlmoeExperts"),
+    "qwen3_moe": Routed("transformers.models.qwen3_moe.modeling_qwen3_moe", "Qwen3MoeExperts"),
 }
 
 
-def tokens_per_expert(tokens: int, batch_size: int, num_experts: int, capacity: int | None) -> int:
-    """Rows each expert gets under balanced routing: ``batch_size`` sequences of ``tokens / batch_size`` tokens each
-    split evenly over ``num_experts``, at most ``capacity`` per expert and sequence (None: no cap)."""
-    per_sequence = math.ceil(tokens / max(batch_size, 1))
-    share = math.ceil(per_sequence / max(num_experts, 1))
-    return max(batch_size, 1) * (share if capacity is None or capacity <= 0 else min(int(capacity), share))
+def tokens_per_expert(tokens: int, batch_size: int, num_experts: int, capacity: int | None, top_k: int = 1) -> int:
+    """Rows each expert gets under balanced routing of ``tokens`` tokens (``batch_size`` sequences), each sent to
+    ``top_k`` of ``num_experts`` experts: the even share ceil(tokens x top_k / num_experts), at most every token;
+    with a ``capacity`` (tokens per expert and sequence; None or <= 0: no cap) the share is per sequence, capped."""
+    experts, batch, k = max(num_experts, 1), max(batch_size, 1), max(top_k, 1)
+    if capacity is None or capacity <= 0:
+        return min(tokens, math.ceil(tokens * k / experts))
+    per_sequence = math.ceil(tokens / batch)
+    return batch * min(int(capacity), per_sequence, math.ceil(per_sequence * k / experts))
 
 
-def _balanced_forward(batch_size: int, capacity: int | None) -> Any:
-    """The expert loop of a Mixtral-style experts module (``forward(hidden_states, selected_experts,
+def _modules_forward(batch_size: int, capacity: int | None) -> Callable[..., Any]:
+    """The expert loop of a Switch-style experts module (``forward(hidden_states, selected_experts,
     routing_weights)``, experts named ``expert_<i>``) with every expert given its balanced share of rows."""
     import torch
 
@@ -58,34 +93,61 @@ def _balanced_forward(batch_size: int, capacity: int | None) -> Any:
     return forward
 
 
+def _fused_forward(batch_size: int) -> Callable[..., Any]:
+    """The expert loop of a fused top-k experts module (``forward(hidden_states, top_k_index, top_k_weights)``,
+    weights ``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I]) with every expert given its balanced share of
+    rows: the ``top_k`` of ``top_k_index`` [tokens, top_k], no capacity."""
+    import torch
+    from torch.nn import functional
+
+    def forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+        final = torch.zeros_like(hidden_states)
+        rows = tokens_per_expert(hidden_states.shape[0], batch_size, self.num_experts, None, top_k_index.shape[-1])
+        for expert in range(self.num_experts):
+            token_idx = torch.arange(rows, device=hidden_states.device)   # stands in for torch.where's indices
+            top_k_pos = torch.zeros_like(token_idx)
+            gate, up = functional.linear(hidden_states[token_idx], self.gate_up_proj[expert]).chunk(2, dim=-1)
+            out = functional.linear(self.act_fn(gate) * up, self.down_proj[expert])
+            out = out * top_k_weights[token_idx, top_k_pos, None]
+            final.index_add_(0, token_idx, out.to(final.dtype))
+        return final
+
+    return forward
+
+
+def _note(layers: int, num_experts: int, top_k: int, capacity: int | None, rows: int, tokens: int) -> str:
+    """The capture's note: the policy (experts, top-k, capacity) and the rows per expert of ``tokens`` tokens."""
+    cap = f", capacity {capacity} per sequence" if capacity else ""
+    return (f"{layers} mixture-of-experts layers captured with balanced routing ({num_experts} experts, top-{top_k} "
+            f"per token{cap}): {rows} rows per expert of {tokens} tokens; a real router may give some experts more "
+            f"and the others fewer (collectors/workloads/moe_routing.py)")
+
+
 @contextlib.contextmanager
 def balanced_routing(model: Any, batch_size: int, seq_len: int) -> Iterator[str | None]:
-    """Within the block, every expert loop of ``model`` whose model type is in :data:`ROUTED` runs
-    :func:`_balanced_forward` for ``batch_size`` sequences; yields the note that says so, with the rows per expert
-    of ``seq_len``-token sequences (None when the model has no such layer)."""
-    import importlib
-
+    """Within the block, every expert loop of ``model`` whose model type is in :data:`ROUTED` runs its balanced
+    replacement for ``batch_size`` sequences; yields the note that says so, with the rows per expert of
+    ``seq_len``-token sequences (None when the model has no such layer)."""
     config = getattr(model, "config", None)
     where = ROUTED.get(getattr(config, "model_type", ""))
     if where is None:
         yield None
         return
-    cls = getattr(importlib.import_module(where[0]), where[1])
+    cls = getattr(importlib.import_module(where.module), where.cls)
     experts = [m for m in model.modules() if isinstance(m, cls)]
     if not experts:
         yield None
         return
-    capacity = getattr(config, "expert_capacity", None)
-    forward = _balanced_forward(batch_size, capacity)
+    fused = where.form == "fused"
+    capacity = None if fused else getattr(config, "expert_capacity", None)
+    top_k = int(getattr(config, "num_experts_per_tok", 1)) if fused else 1
+    forward = _fused_forward(batch_size) if fused else _modules_forward(batch_size, capacity)
     for module in experts:
         module.forward = types.MethodType(forward, module)
     try:
-        num = experts[0].num_experts
-        rows = tokens_per_expert(batch_size * seq_len, batch_size, num, capacity)
-        cap = f", capacity {capacity} per sequence" if capacity else ""
-        yield (f"{len(experts)} mixture-of-experts layers captured with balanced routing ({num} experts{cap}): "
-               f"{rows} rows per expert of {batch_size * seq_len} tokens; a real router may give one expert more "
-               f"and the others fewer (collectors/workloads/moe_routing.py)")
+        num, tokens = experts[0].num_experts, batch_size * seq_len
+        yield _note(len(experts), num, top_k, capacity, tokens_per_expert(tokens, batch_size, num, capacity, top_k),
+                    tokens)
     finally:
         for module in experts:
             del module.forward

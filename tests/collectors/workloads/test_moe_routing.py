@@ -1,17 +1,27 @@
 """Mixture-of-experts layers in a shape-only capture (collectors/workloads/moe_routing.py): a Switch Transformer,
 whose expert loop is data-dependent and failed on the meta device, is captured with balanced routing under its
 capacity; every expert's GEMMs get the stated rows; the replacement records no op kind that a real CPU run of the
-same tiny model does not; the CLI says how the experts were routed."""
+same tiny model does not; the CLI says how the experts were routed.
+
+The fused top-k experts of transformers 5 (Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE) likewise: each expert gets
+ceil(tokens x top_k / experts) rows, and transformers' own expert loop, run for real on the CPU with a router forced
+to balanced choices, computes the same GEMMs, gathers and scatter-adds as the meta capture's replacement."""
 from __future__ import annotations
 
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
+
+import importlib
+import inspect
+import textwrap
 
 import pytest
+import torch
 
 from collectors.workloads.graph_only import GraphRequest, build_model, capture, record_step
-from collectors.workloads.moe_routing import balanced_routing, tokens_per_expert
+from collectors.workloads.moe_routing import ROUTED, balanced_routing, tokens_per_expert
 from pmdb.cli.main import main
 
 TINY_SWITCH = {"model_type": "switch_transformers", "d_model": 32, "d_ff": 48, "d_kv": 8, "num_heads": 4,
@@ -20,13 +30,38 @@ TINY_SWITCH = {"model_type": "switch_transformers", "d_model": 32, "d_ff": 48, "
                "expert_capacity": 3, "vocab_size": 100, "dropout_rate": 0.1, "router_jitter_noise": 0.01,
                "decoder_start_token_id": 0, "pad_token_id": 0, "eos_token_id": 1}
 BATCH, SEQ = 2, 16
+# fused top-k experts: 4 experts, 2 per token, 2 layers; hidden 32, expert intermediate INTERMEDIATE[model_type]
+TOP_K_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "num_experts_per_tok": 2, "vocab_size": 100, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+TINY_TOP_K = {
+    "mixtral": {"model_type": "mixtral", "num_local_experts": 4, "intermediate_size": 64, **TOP_K_SIZES},
+    "qwen2_moe": {"model_type": "qwen2_moe", "num_experts": 4, "intermediate_size": 64, "moe_intermediate_size": 48,
+                  "shared_expert_intermediate_size": 80, **TOP_K_SIZES},
+    "olmoe": {"model_type": "olmoe", "num_experts": 4, "intermediate_size": 64, **TOP_K_SIZES},
+    "qwen3_moe": {"model_type": "qwen3_moe", "num_experts": 4, "intermediate_size": 64, "moe_intermediate_size": 48,
+                  "head_dim": 8, **TOP_K_SIZES},
+}
+INTERMEDIATE = {"mixtral": 64, "qwen2_moe": 48, "olmoe": 64, "qwen3_moe": 48}
+# the router class of each model, forced to balanced choices for the real CPU run
+ROUTERS = {"mixtral": "MixtralTopKRouter", "qwen2_moe": "Qwen2MoeTopKRouter", "olmoe": "OlmoeTopKRouter",
+           "qwen3_moe": "Qwen3MoeTopKRouter"}
+EXPERT_WORK = ("aten::linear", "aten::mm", "aten::matmul", "aten::index", "aten::index_add_", "aten::chunk")
 
 
 def test_rows_per_expert_balanced_under_the_capacity():
     assert tokens_per_expert(2048, 2, 4, 64) == 128      # 1024 per sequence / 4 = 256, capped at 64, x 2 sequences
     assert tokens_per_expert(2048, 2, 4, None) == 512    # no cap: the even share
     assert tokens_per_expert(2048, 2, 4, 1000) == 512    # a cap above the share changes nothing
-    assert tokens_per_expert(30, 2, 4, None) == 2 * 4    # 15 per sequence over 4 experts: 4 (ceil) each
+    assert tokens_per_expert(30, 2, 4, None) == 8        # no cap: 30 tokens over 4 experts, 8 (ceil) each
+    assert tokens_per_expert(30, 2, 4, 3) == 2 * 3       # 15 per sequence over 4 experts: 4 (ceil), capped at 3
+
+
+def test_rows_per_expert_of_top_k_routing():
+    assert tokens_per_expert(32, 2, 4, None, top_k=2) == 16    # 64 token-expert pairs over 4 experts
+    assert tokens_per_expert(60, 4, 8, None, top_k=2) == 15    # ceil(120 / 8), not per sequence: no capacity
+    assert tokens_per_expert(60, 4, 8, None, top_k=3) == 23    # ceil(180 / 8)
+    assert tokens_per_expert(10, 1, 4, None, top_k=4) == 10    # every expert gets every token
+    assert tokens_per_expert(2048, 2, 4, 64, top_k=2) == 128   # a capacity still caps the share per sequence
 
 
 def _gemm_rows(path: Path, d_in: int) -> Counter:
@@ -69,21 +104,126 @@ def test_a_switch_transformer_is_captured_on_meta_with_balanced_experts(tmp_path
     assert meta_names - cpu_names <= {"aten::index_put", "aten::scatter", "aten::eq"}, meta_names - cpu_names
 
 
-def test_the_cli_says_how_the_experts_were_routed(tmp_path, capsys):
-    pytest.importorskip("transformers.models.switch_transformers")
-    config = tmp_path / "switch.json"
-    config.write_text(json.dumps(TINY_SWITCH))
+def _collect(tmp_path: Path, capsys: Any, model_config: dict[str, Any]) -> tuple[int, str]:
+    """(exit code, stderr) of ``pmdb collect workload transformer --graph-only`` of ``model_config`` in a new
+    workspace, batch BATCH, sequence SEQ."""
+    config = tmp_path / "model.json"
+    config.write_text(json.dumps(model_config))
     home = tmp_path / "ws"
     assert main(["--home", str(home), "init"]) == 0
     capsys.readouterr()
-    assert main(["--home", str(home), "collect", "workload", "transformer", "--graph-only", "--config", str(config),
-                 "--batch-size", str(BATCH), "--seq-len", str(SEQ)]) == 0
-    err = capsys.readouterr().err
+    code = main(["--home", str(home), "collect", "workload", "transformer", "--graph-only", "--config", str(config),
+                 "--batch-size", str(BATCH), "--seq-len", str(SEQ)])
+    return code, capsys.readouterr().err
+
+
+def _note_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith(("pmdb: note", "  "))]
+
+
+def test_the_cli_says_how_the_experts_were_routed(tmp_path, capsys):
+    pytest.importorskip("transformers.models.switch_transformers")
+    code, err = _collect(tmp_path, capsys, TINY_SWITCH)
+    assert code == 0
     assert "pmdb: note: 2 mixture-of-experts layers captured with balanced routing" in err
-    assert all(len(line) <= 80 for line in err.splitlines() if line.startswith(("pmdb: note", "  ")))
+    assert all(len(line) <= 80 for line in _note_lines(err))
 
 
 def test_a_model_without_experts_is_left_as_it_is():
     model = type("M", (), {"config": type("C", (), {"model_type": "gpt2"})()})()
     with balanced_routing(model, 2, 16) as note:
         assert note is None
+
+
+def _gemms(path: Path) -> Counter:
+    """(op, input shapes) of the experts' device work (:data:`EXPERT_WORK`) in a trace, counted."""
+    return Counter((n["name"], json.dumps(n["inputs"]["shapes"])) for n in json.loads(path.read_text())["nodes"]
+                   if n["name"] in EXPERT_WORK)
+
+
+def _top_k_request(model_type: str) -> GraphRequest:
+    pytest.importorskip(ROUTED[model_type].module)
+    return GraphRequest(f"tiny-{model_type}", TINY_TOP_K[model_type], BATCH, SEQ)
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY_TOP_K))
+def test_a_top_k_model_is_captured_on_meta_with_balanced_experts(tmp_path, model_type):
+    request = _top_k_request(model_type)
+    model, _, inputs = build_model(request, "meta")
+    assert model.config._experts_implementation == "eager"     # the loop, not the fused grouped_mm (bf16 only)
+    with pytest.raises((RuntimeError, NotImplementedError)):     # the data-dependent loop, as transformers has it
+        record_step(model, inputs, "none", tmp_path / "plain.json")
+    meta = capture(request, tmp_path / "meta.json")
+    rows, hidden, inner = BATCH * SEQ * 2 // 4, 32, INTERMEDIATE[model_type]
+    assert rows == tokens_per_expert(BATCH * SEQ, BATCH, 4, None, 2) == 16
+    assert meta.routing.startswith("2 mixture-of-experts layers captured with balanced routing (4 experts, top-2 "
+                                   "per token): 16 rows per expert of 32 tokens")
+    # each of the 4 experts of the 2 layers: gate_up_proj[e] on its 16 rows, then down_proj[e]
+    linears = Counter(shapes for (name, shapes) in _gemms(tmp_path / "meta.json").elements()
+                      if name == "aten::linear" and json.loads(shapes)[0][0] == rows)
+    assert linears == {json.dumps([[rows, hidden], [2 * inner, hidden], []]): 4 * 2,    # no bias
+                       json.dumps([[rows, inner], [hidden, inner], []]): 4 * 2}
+
+
+def _loop(cls: type) -> str:
+    """The source of an experts class's own forward (under transformers' ``use_experts_implementation`` wrapper)."""
+    return textwrap.dedent(inspect.getsource(inspect.unwrap(cls.forward)))
+
+
+def test_every_fused_entry_has_mixtral_s_expert_loop_and_a_tiny_model_here():
+    """The fused replacement stands in for one loop: each ROUTED entry of that form runs it, line for line (a
+    transformers upgrade that changes one fails here), and is captured by the tests below."""
+    fused = {t for t, r in ROUTED.items() if r.form == "fused"}
+    assert fused == set(TINY_TOP_K)
+    pytest.importorskip(ROUTED["mixtral"].module)
+    classes = {t: getattr(importlib.import_module(ROUTED[t].module), ROUTED[t].cls) for t in sorted(fused)}
+    assert {t: _loop(c) for t, c in classes.items()} == {t: _loop(classes["mixtral"]) for t in classes}
+
+
+def _balanced_router(forward):
+    """A top-k router's forward whose choices are balanced: token t goes to experts (t x top_k + j) mod experts,
+    j < top_k, weighted by its softmax probabilities there (the router's own logits, its own GEMM)."""
+    def balanced(self, hidden_states):
+        logits, _, _ = forward(self, hidden_states)
+        tokens = logits.shape[0]
+        index = torch.arange(tokens * self.top_k, device=logits.device).view(tokens, self.top_k) % self.num_experts
+        return logits, logits.float().softmax(-1).gather(1, index).to(logits.dtype), index
+    return balanced
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY_TOP_K))
+def test_the_real_loop_with_balanced_choices_does_the_meta_capture_s_expert_work(tmp_path, monkeypatch, model_type):
+    """transformers' expert loop (real weights, the CPU) with its router forced to balanced choices computes the
+    GEMMs, gathers and scatter-adds of the meta capture's replacement, shape for shape and count for count."""
+    request = _top_k_request(model_type)
+    router = getattr(importlib.import_module(ROUTED[model_type].module), ROUTERS[model_type])
+    monkeypatch.setattr(router, "forward", _balanced_router(router.forward))
+    meta = capture(request, tmp_path / "meta.json")
+    cpu = capture(request, tmp_path / "cpu.json", device="cpu")
+    assert cpu.routing is None and meta.routing
+    meta_work, cpu_work = _gemms(tmp_path / "meta.json"), _gemms(tmp_path / "cpu.json")
+    assert meta_work == cpu_work, (meta_work - cpu_work, cpu_work - meta_work)
+    assert sum(c for (name, _), c in meta_work.items() if name == "aten::index_add_") == 4 * 2
+    meta_names, cpu_names = _aten_names(tmp_path / "meta.json"), _aten_names(tmp_path / "cpu.json")
+    # meta's out-of-place index_put / scatter_add (a real device: _index_put_impl_, scatter_add_); the replacement's
+    # stand-ins for torch.where's indices (arange, zeros_like)
+    assert meta_names - cpu_names <= {"aten::index_put", "aten::scatter_add", "aten::zeros_like"}, \
+        meta_names - cpu_names
+
+
+def test_the_cli_says_how_the_top_k_experts_were_routed(tmp_path, capsys):
+    pytest.importorskip(ROUTED["mixtral"].module)
+    code, err = _collect(tmp_path, capsys, TINY_TOP_K["mixtral"])
+    assert code == 0
+    note = " ".join(line.strip() for line in _note_lines(err))
+    assert "balanced routing (4 experts, top-2 per token): 16 rows per expert of 32 tokens" in note
+    assert all(len(line) <= 80 for line in _note_lines(err))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_experts_per_tok": 5}, "num_experts_per_tok is 5, more than the model's 4 experts"),
+    ({"num_experts_per_tok": 0}, "num_experts_per_tok is 0; model sizes must be >= 1")])
+def test_an_impossible_top_k_is_one_line(tmp_path, capsys, change, message):
+    code, err = _collect(tmp_path, capsys, {**TINY_TOP_K["mixtral"], **change})
+    assert code == 2
+    assert err.count("pmdb: error:") == 1 and message in err and "Traceback" not in err
