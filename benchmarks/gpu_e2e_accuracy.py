@@ -12,7 +12,8 @@ From an empty workspace, every step an ordinary pmdb command (printed as it runs
    step time (`--measured-ms` from its run.json) and its T1-T5 fitted as the shipped sample is (the profiled host
    path scaled by the host's pace measured apart, `--host-pace` h200_launch_floor.csv: fitters/host_pace.py); the labelled GPUs have no traces here, so their predictions borrow this
    table as the default lender (no `--overheads-from`), and the results name the lender;
-4. each labelled model captured shape-only on this CPU (`pmdb collect workload transformer --graph-only`), the labels
+4. each labelled model captured shape-only on this CPU (`pmdb collect workload transformer --graph-only`; a
+   mixture-of-experts model routed as the labels' all-ones inputs route, `--routing inputs`), the labels
    imported (`pmdb collect import-e2e`), and each capture predicted on each GPU that has its label
    (`pmdb predict --target-platform`);
 5. the table: per run the label's forward, backward and step, pmdb's, the errors, the published anchors on the same
@@ -149,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         set_id = _COMMANDS.capture(home, "transformer", "--graph-only", "--config",
                                    str(labels / "model_configs" / f"{model}.json"), "--batch-size", str(batch),
-                                   "--seq-len", str(seq), *(["--inference"] if mode == "inf" else []), log=log)
+                                   "--seq-len", str(seq), "--routing", "inputs",
+                                   *(["--inference"] if mode == "inf" else []), log=log)
         capture_s[run] = time.perf_counter() - t0
         captured[set_id] = run
     timelines = home.parent / "timelines"

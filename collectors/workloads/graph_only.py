@@ -95,6 +95,7 @@ class GraphRequest:
     optimizer: str = "none"
     source: str | None = None   # the config file as given
     mode: str = "train"         # 'train': the training step; 'inference': the model call alone (:data:`MODES`)
+    routing: str = "balanced"   # how mixture-of-experts layers route (:data:`moe_routing.POLICIES`); not identity
 
     def identity(self) -> dict[str, Any]:
         return workload_identity(self.model_config, self.seq_len, self.head, self.optimizer, self.mode)
@@ -481,13 +482,13 @@ def capture(request: GraphRequest, path: Path, device: str = "meta") -> CaptureI
     it for real (the reference the tests compare the meta capture with; a tiny model only)."""
     import torch
 
-    from collectors.workloads.moe_routing import balanced_routing
+    from collectors.workloads.moe_routing import expert_routing
 
     started = time.perf_counter()
     model, head, inputs = build_model(request, device)
     built = time.perf_counter()
     try:
-        with balanced_routing(model, request.batch_size, request.seq_len) if device == "meta" \
+        with expert_routing(model, request.batch_size, request.seq_len, request.routing) if device == "meta" \
                 else contextlib.nullcontext() as routing:
             record_step(model, inputs, request.optimizer, path, request.mode)
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:

@@ -26,6 +26,20 @@ expert's MLP (fused: ``linear`` with ``gate_up_proj[e]``, ``chunk``, ``act_fn(ga
 ``one_hot``/``nonzero``/``where`` and the fused loop's ``item`` of each expert index (small kernels and
 device-to-host syncs on a GPU).
 
+A second policy, ``inputs`` (``--routing inputs``), routes as the recipe's own inputs do where they decide it:
+with every input id 1 and nothing random between the embedding and the router, every token's hidden state is the
+same (attention over equal values returns that value; the models here add no absolute position embedding to it:
+Switch Transformers has a relative attention bias, the fused models rotary embeddings), so the router sends every
+token to the same ``top_k`` experts, and only those run their loop iteration:
+
+    rows = tokens                                                                    (no capacity), or
+    rows = batch x min(expert_capacity, tokens per sequence)                  (each sequence up to the capacity)
+
+for ``top_k`` experts and none for the others. That holds in eval mode (an inference call) and in a training step
+without dropout or router jitter (Mixtral's defaults); where a training step draws dropout masks or jitter (Switch
+Transformers' ``dropout_rate``, ``router_jitter_noise``) the tokens differ and the policy falls back to balanced
+routing, and the note says why. The tests compare both with real CPU runs of tiny models.
+
 What the policy cannot know: which experts a real router picks. With the labels' inputs (every token id 1) the
 tokens' hidden states are alike, and a top-k router without noise sends every token to the same ``top_k`` experts:
 a real CPU run of the tests' tiny Mixtral computes 2 of its 4 experts on all 32 tokens per layer, where the policy
@@ -74,15 +88,46 @@ def tokens_per_expert(tokens: int, batch_size: int, num_experts: int, capacity: 
     return batch * min(int(capacity), per_sequence, math.ceil(per_sequence * k / experts))
 
 
-def _modules_forward(batch_size: int, capacity: int | None) -> Callable[..., Any]:
+POLICIES = ("balanced", "inputs")   # --routing: the even share, or as the recipe's all-alike tokens route
+
+
+def alike_rows(tokens: int, batch_size: int, capacity: int | None) -> int:
+    """Rows of each of the ``top_k`` experts that take every token when all tokens are alike: every token, or with a
+    ``capacity`` (per expert and sequence) each sequence's first ``capacity`` tokens."""
+    batch = max(batch_size, 1)
+    if capacity is None or capacity <= 0:
+        return tokens
+    return batch * min(int(capacity), math.ceil(tokens / batch))
+
+
+def not_alike(model: Any) -> str | None:
+    """Why the recipe's tokens are not all alike at the routers (None: they are): a training step that draws dropout
+    masks (a Dropout module or a config ``*dropout*`` above 0) or router jitter (``*jitter*`` above 0)."""
+    if not getattr(model, "training", False):
+        return None
+    from torch import nn
+
+    config = getattr(model, "config", None)
+    drawn = sorted({name for name, value in (vars(config).items() if config is not None else ())
+                    if ("dropout" in name or "jitter" in name) and isinstance(value, (int, float))
+                    and not isinstance(value, bool) and value > 0})
+    if not drawn and any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()):
+        drawn = ["Dropout modules"]
+    return f"the training step draws random masks or noise ({', '.join(drawn)})" if drawn else None
+
+
+def _modules_forward(batch_size: int, capacity: int | None, alike: bool = False) -> Callable[..., Any]:
     """The expert loop of a Switch-style experts module (``forward(hidden_states, selected_experts,
-    routing_weights)``, experts named ``expert_<i>``) with every expert given its balanced share of rows."""
+    routing_weights)``, experts named ``expert_<i>``) with every expert given its balanced share of rows (``alike``:
+    the first expert every token, up to the capacity, and no other)."""
     import torch
 
     def forward(self: Any, hidden_states: Any, selected_experts: Any, routing_weights: Any) -> Any:
         final = torch.zeros_like(hidden_states)
-        rows = tokens_per_expert(hidden_states.shape[0], batch_size, self.num_experts, capacity)
-        for expert in range(self.num_experts):
+        tokens = hidden_states.shape[0]
+        rows = alike_rows(tokens, batch_size, capacity) if alike else \
+            tokens_per_expert(tokens, batch_size, self.num_experts, capacity)
+        for expert in range(1 if alike else self.num_experts):
             top_x = torch.arange(rows, device=hidden_states.device)   # stands in for torch.where's token indices
             choice = torch.zeros_like(top_x)
             state = hidden_states[None, top_x].reshape(-1, hidden_states.shape[-1])
@@ -93,17 +138,19 @@ def _modules_forward(batch_size: int, capacity: int | None) -> Callable[..., Any
     return forward
 
 
-def _fused_forward(batch_size: int) -> Callable[..., Any]:
+def _fused_forward(batch_size: int, alike: bool = False) -> Callable[..., Any]:
     """The expert loop of a fused top-k experts module (``forward(hidden_states, top_k_index, top_k_weights)``,
     weights ``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I]) with every expert given its balanced share of
-    rows: the ``top_k`` of ``top_k_index`` [tokens, top_k], no capacity."""
+    rows: the ``top_k`` of ``top_k_index`` [tokens, top_k], no capacity (``alike``: the first ``top_k`` experts
+    every token, and no other)."""
     import torch
     from torch.nn import functional
 
     def forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
         final = torch.zeros_like(hidden_states)
-        rows = tokens_per_expert(hidden_states.shape[0], batch_size, self.num_experts, None, top_k_index.shape[-1])
-        for expert in range(self.num_experts):
+        tokens, top_k = hidden_states.shape[0], top_k_index.shape[-1]
+        rows = tokens if alike else tokens_per_expert(tokens, batch_size, self.num_experts, None, top_k)
+        for expert in range(min(top_k, self.num_experts) if alike else self.num_experts):
             token_idx = torch.arange(rows, device=hidden_states.device)   # stands in for torch.where's indices
             top_k_pos = torch.zeros_like(token_idx)
             gate, up = functional.linear(hidden_states[token_idx], self.gate_up_proj[expert]).chunk(2, dim=-1)
@@ -115,19 +162,28 @@ def _fused_forward(batch_size: int) -> Callable[..., Any]:
     return forward
 
 
-def _note(layers: int, num_experts: int, top_k: int, capacity: int | None, rows: int, tokens: int) -> str:
+def _note(layers: int, num_experts: int, top_k: int, capacity: int | None, rows: int, tokens: int,
+          alike: bool = False, fallback: str | None = None) -> str:
     """The capture's note: the policy (experts, top-k, capacity) and the rows per expert of ``tokens`` tokens."""
     cap = f", capacity {capacity} per sequence" if capacity else ""
+    if alike:
+        return (f"{layers} mixture-of-experts layers captured as the recipe's alike tokens route ({num_experts} "
+                f"experts, top-{top_k} per token{cap}): {min(top_k, num_experts)} expert(s) of {rows} rows each, "
+                f"the others none, of {tokens} tokens (collectors/workloads/moe_routing.py)")
+    why = f"; --routing inputs does not decide it: {fallback}" if fallback else ""
     return (f"{layers} mixture-of-experts layers captured with balanced routing ({num_experts} experts, top-{top_k} "
             f"per token{cap}): {rows} rows per expert of {tokens} tokens; a real router may give some experts more "
-            f"and the others fewer (collectors/workloads/moe_routing.py)")
+            f"and the others fewer{why} (collectors/workloads/moe_routing.py)")
 
 
 @contextlib.contextmanager
-def balanced_routing(model: Any, batch_size: int, seq_len: int) -> Iterator[str | None]:
-    """Within the block, every expert loop of ``model`` whose model type is in :data:`ROUTED` runs its balanced
-    replacement for ``batch_size`` sequences; yields the note that says so, with the rows per expert of
-    ``seq_len``-token sequences (None when the model has no such layer)."""
+def expert_routing(model: Any, batch_size: int, seq_len: int, policy: str = "balanced") -> Iterator[str | None]:
+    """Within the block, every expert loop of ``model`` whose model type is in :data:`ROUTED` runs its replacement
+    under ``policy`` (:data:`POLICIES`; 'inputs' where :func:`not_alike` finds the tokens alike, else balanced) for
+    ``batch_size`` sequences; yields the note that says so, with the rows per expert of ``seq_len``-token
+    sequences (None when the model has no such layer)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown routing policy {policy!r}: use {', '.join(POLICIES)}")
     config = getattr(model, "config", None)
     where = ROUTED.get(getattr(config, "model_type", ""))
     if where is None:
@@ -138,16 +194,19 @@ def balanced_routing(model: Any, batch_size: int, seq_len: int) -> Iterator[str 
     if not experts:
         yield None
         return
+    fallback = not_alike(model) if policy == "inputs" else None
+    alike = policy == "inputs" and fallback is None
     fused = where.form == "fused"
     capacity = None if fused else getattr(config, "expert_capacity", None)
     top_k = int(getattr(config, "num_experts_per_tok", 1)) if fused else 1
-    forward = _fused_forward(batch_size) if fused else _modules_forward(batch_size, capacity)
+    forward = _fused_forward(batch_size, alike) if fused else _modules_forward(batch_size, capacity, alike)
     for module in experts:
         module.forward = types.MethodType(forward, module)
     try:
         num, tokens = experts[0].num_experts, batch_size * seq_len
-        yield _note(len(experts), num, top_k, capacity, tokens_per_expert(tokens, batch_size, num, capacity, top_k),
-                    tokens)
+        rows = (tokens if fused else alike_rows(tokens, batch_size, capacity)) if alike else \
+            tokens_per_expert(tokens, batch_size, num, capacity, top_k)
+        yield _note(len(experts), num, top_k, capacity, rows, tokens, alike, fallback)
     finally:
         for module in experts:
             del module.forward

@@ -149,8 +149,8 @@ def dlrm_request(store: Store, opts: dict[str, Any]) -> WorkloadRequest:
     """DLRM: ``--preset`` | ``--config FILE`` | ``--task ID`` (+ batch size, world size, sharder or sharding file,
     index source, embedding implementation)."""
     check_counts(opts)
-    _refuse(opts, ("arch", "layers", "hidden", "heads", "seq_len", "head", "graph_only", "optimizer", "inference"),
-            "dlrm")
+    _refuse(opts, ("arch", "layers", "hidden", "heads", "seq_len", "head", "graph_only", "optimizer", "inference",
+                   "routing"), "dlrm")
     chosen = [n for n in ("preset", "config", "task") if opts.get(n) is not None]
     if len(chosen) > 1:
         raise PmdbError(f"give one of --preset, --config, --task (got {', '.join('--' + c for c in chosen)})")
@@ -185,6 +185,8 @@ def transformer_request(opts: dict[str, Any]) -> WorkloadRequest:
         raise PmdbError("--optimizer goes with --graph-only (a measured transformer run always steps AdamW)")
     if opts.get("inference"):
         raise PmdbError("--inference goes with --graph-only (a measured transformer run times training steps)")
+    if opts.get("routing"):
+        raise PmdbError("--routing goes with --graph-only (a measured run routes its experts by its data)")
     if not opts.get("arch"):
         raise PmdbError("give --arch (gpt2, bert, xlnet, or any model type transformers knows)")
     if (opts.get("head") or "auto") not in HEADS:
@@ -213,9 +215,11 @@ GRAPH_REFUSED = ("preset", "task", "sharder", "sharding", "index_source", "embed
 def graph_request(opts: dict[str, Any], given: set[str] | frozenset[str] = frozenset()) -> "GraphRequest":
     """Transformer ``--graph-only``: the model config (``--config FILE``, a transformers config JSON with its
     ``model_type``, and/or ``--arch``), ``--batch-size`` (default 8), ``--seq-len`` (default 64), ``--head``,
-    ``--optimizer``, ``--inference`` (the model call alone, :data:`graph_only.MODES`). ``given``: the options set on
-    the command line (their defaults are not refused)."""
+    ``--optimizer``, ``--inference`` (the model call alone, :data:`graph_only.MODES`), ``--routing`` (mixture-of-experts
+    layers, :data:`moe_routing.POLICIES`). ``given``: the options set on the command line (their defaults are not
+    refused)."""
     check_counts(opts)
+    from collectors.workloads.moe_routing import POLICIES
     from collectors.workloads.graph_only import HEADS as GRAPH_HEADS, OPTIMIZERS, GraphRequest, build_config, \
         check_sizes, load_model_config, resolve_head
 
@@ -243,6 +247,9 @@ def graph_request(opts: dict[str, Any], given: set[str] | frozenset[str] = froze
     if optimizer not in OPTIMIZERS:
         raise PmdbError(f"unknown --optimizer {optimizer!r}: use {', '.join(OPTIMIZERS)}")
     mode = "inference" if opts.get("inference") else "train"
+    routing = opts.get("routing") or "balanced"
+    if routing not in POLICIES:
+        raise PmdbError(f"unknown --routing {routing!r}: use {', '.join(POLICIES)}")
     if mode == "inference" and optimizer != "none":
         raise PmdbError(f"--optimizer {optimizer} with --inference: an inference call updates no weights")
     where = str(path) if path is not None else f"--arch {arch}"
@@ -253,4 +260,4 @@ def graph_request(opts: dict[str, Any], given: set[str] | frozenset[str] = froze
         head = "auto"  # the recipe's own head: the same workload as a label of this model
     name = Path(path).stem if path is not None else str(arch)
     return GraphRequest(name, model_config, opts.get("batch_size") or 8, seq_len, head, optimizer,
-                        str(path) if path is not None else None, mode)
+                        str(path) if path is not None else None, mode, routing)

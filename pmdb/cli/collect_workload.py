@@ -66,6 +66,10 @@ def workload(
     inference: bool = typer.Option(False, "--inference", help="With --graph-only: record the model call alone in "
                                    "eval mode under no_grad (an inference label's recipe; encoder models with a "
                                    "sequence-classification head) instead of a training step."),
+    routing: Optional[str] = typer.Option(None, "--routing", help="With --graph-only, mixture-of-experts layers: "
+                                          "balanced (default: every expert its even share of the tokens) or inputs "
+                                          "(as the recipe's all-ones inputs route where they decide it: every token "
+                                          "to the same top-k experts; else balanced)."),
 ) -> None:
     """Measure a training workload: ground truth per rank (no profiler), then a Kineto-only and an execution-trace
     pass per rank, stored as one trace set. With --graph-only: record a transformer step's shapes only."""

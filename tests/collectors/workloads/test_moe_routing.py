@@ -5,7 +5,12 @@ same tiny model does not; the CLI says how the experts were routed.
 
 The fused top-k experts of transformers 5 (Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE) likewise: each expert gets
 ceil(tokens x top_k / experts) rows, and transformers' own expert loop, run for real on the CPU with a router forced
-to balanced choices, computes the same GEMMs, gathers and scatter-adds as the meta capture's replacement."""
+to balanced choices, computes the same GEMMs, gathers and scatter-adds as the meta capture's replacement.
+
+The ``inputs`` policy (every token alike under the recipe's all-ones inputs): transformers' own loops, run for real
+on the CPU with their own routers and no forcing, compute exactly the meta capture's expert GEMMs, in eval mode for
+every routed model and in a training step for the fused ones (no dropout by default); a Switch training step draws
+dropout masks, so the policy falls back to balanced routing and says why."""
 from __future__ import annotations
 
 import json
@@ -21,7 +26,7 @@ import pytest
 import torch
 
 from collectors.workloads.graph_only import GraphRequest, build_model, capture, record_step
-from collectors.workloads.moe_routing import ROUTED, balanced_routing, tokens_per_expert
+from collectors.workloads.moe_routing import ROUTED, alike_rows, expert_routing, not_alike, tokens_per_expert
 from pmdb.cli.main import main
 
 TINY_SWITCH = {"model_type": "switch_transformers", "d_model": 32, "d_ff": 48, "d_kv": 8, "num_heads": 4,
@@ -104,16 +109,16 @@ def test_a_switch_transformer_is_captured_on_meta_with_balanced_experts(tmp_path
     assert meta_names - cpu_names <= {"aten::index_put", "aten::scatter", "aten::eq"}, meta_names - cpu_names
 
 
-def _collect(tmp_path: Path, capsys: Any, model_config: dict[str, Any]) -> tuple[int, str]:
+def _collect(tmp_path: Path, capsys: Any, model_config: dict[str, Any], *extra: str) -> tuple[int, str]:
     """(exit code, stderr) of ``pmdb collect workload transformer --graph-only`` of ``model_config`` in a new
-    workspace, batch BATCH, sequence SEQ."""
+    workspace, batch BATCH, sequence SEQ, and ``extra`` options."""
     config = tmp_path / "model.json"
     config.write_text(json.dumps(model_config))
     home = tmp_path / "ws"
     assert main(["--home", str(home), "init"]) == 0
     capsys.readouterr()
     code = main(["--home", str(home), "collect", "workload", "transformer", "--graph-only", "--config", str(config),
-                 "--batch-size", str(BATCH), "--seq-len", str(SEQ)])
+                 "--batch-size", str(BATCH), "--seq-len", str(SEQ), *extra])
     return code, capsys.readouterr().err
 
 
@@ -131,7 +136,7 @@ def test_the_cli_says_how_the_experts_were_routed(tmp_path, capsys):
 
 def test_a_model_without_experts_is_left_as_it_is():
     model = type("M", (), {"config": type("C", (), {"model_type": "gpt2"})()})()
-    with balanced_routing(model, 2, 16) as note:
+    with expert_routing(model, 2, 16) as note:
         assert note is None
 
 
@@ -227,3 +232,61 @@ def test_an_impossible_top_k_is_one_line(tmp_path, capsys, change, message):
     code, err = _collect(tmp_path, capsys, {**TINY_TOP_K["mixtral"], **change})
     assert code == 2
     assert err.count("pmdb: error:") == 1 and message in err and "Traceback" not in err
+
+
+def _expert_linears(path: Path, hidden: int, d_ff: int) -> Counter:
+    """(rows, input columns) of every linear / mm on the experts' widths (``hidden`` in or ``d_ff`` in) in the
+    trace's forward-pass GEMMs, counted."""
+    out: Counter = Counter()
+    for node in json.loads(path.read_text())["nodes"]:
+        if node["name"] in ("aten::linear", "aten::mm"):
+            first = node["inputs"]["shapes"][0]
+            if isinstance(first, list) and len(first) == 2 and first[-1] in (hidden, d_ff):
+                out[tuple(first)] += 1
+    return out
+
+
+@pytest.mark.parametrize("model_type, mode", [*((t, "inference") for t in sorted(TINY_TOP_K)),
+                                              ("mixtral", "train"), ("switch_transformers", "inference")])
+def test_alike_tokens_route_as_the_real_model_does(tmp_path, model_type, mode):
+    """The recipe's all-ones inputs, real weights on the CPU, the model's own router: its expert GEMMs are the meta
+    capture's under --routing inputs, shape for shape and count for count (the same top_k experts take every
+    token, up to a capacity; the others none)."""
+    config = TINY_SWITCH if model_type == "switch_transformers" else TINY_TOP_K[model_type]
+    pytest.importorskip(ROUTED[model_type].module)
+    request = GraphRequest(f"tiny-{model_type}", config, BATCH, SEQ, mode=mode, routing="inputs")
+    meta = capture(request, tmp_path / "meta.json")
+    capture(request, tmp_path / "cpu.json", device="cpu")
+    hidden = config.get("hidden_size") or config["d_model"]
+    d_ff = config.get("d_ff") or INTERMEDIATE[model_type]
+    meta_gemms = _expert_linears(tmp_path / "meta.json", hidden, d_ff)
+    assert meta_gemms == _expert_linears(tmp_path / "cpu.json", hidden, d_ff)
+    switch = model_type == "switch_transformers"
+    rows = alike_rows(BATCH * SEQ, BATCH, config["expert_capacity"]) if switch else BATCH * SEQ
+    assert rows == (2 * 3 if switch else 32)
+    assert "as the recipe's alike tokens route" in meta.routing and f"{1 if switch else 2} expert(s) of {rows} rows" \
+        in meta.routing
+
+
+def test_a_training_step_with_dropout_falls_back_to_balanced_routing(tmp_path):
+    pytest.importorskip("transformers.models.switch_transformers")
+    request = GraphRequest("tiny-switch", TINY_SWITCH, BATCH, SEQ, routing="inputs")
+    model, _, _ = build_model(request, "meta")
+    assert not_alike(model) == "the training step draws random masks or noise (dropout_rate, router_jitter_noise)"
+    meta = capture(request, tmp_path / "meta.json")
+    assert "balanced routing" in meta.routing and "--routing inputs does not decide it: the training step draws" \
+        in meta.routing
+    capture(GraphRequest("tiny-switch", TINY_SWITCH, BATCH, SEQ), tmp_path / "balanced.json")
+    assert _gemm_rows(tmp_path / "meta.json", 48) == _gemm_rows(tmp_path / "balanced.json", 48)
+
+
+def test_the_cli_routes_as_the_inputs_do_when_asked(tmp_path, capsys):
+    pytest.importorskip(ROUTED["mixtral"].module)
+    code, err = _collect(tmp_path, capsys, TINY_TOP_K["mixtral"], "--routing", "inputs", "--inference")
+    assert code == 0
+    note = " ".join(line.strip() for line in _note_lines(err))
+    assert "as the recipe's alike tokens route (4 experts, top-2 per token): 2 expert(s) of 32 rows each" in note
+    assert all(len(line) <= 80 for line in _note_lines(err))
+    (tmp_path / "again").mkdir()
+    code, err = _collect(tmp_path / "again", capsys, TINY_TOP_K["mixtral"], "--routing", "sideways")
+    assert code == 2 and err.count("pmdb: error:") == 1 and "unknown --routing 'sideways'" in err
