@@ -4,7 +4,9 @@ is fitted on these numbers and no rule is chosen by them.
 
 The label CSV is a torch.fx graph of the model with ONE transformer layer (plus embeddings and head); each node has
 its measured forward and backward latency (ms, each node timed apart, so a node with no device work still costs
-~10 µs of host dispatch there). Nodes inside layer 0 count ``num_layer`` times (the label's JSON). pmdb's side is
+~10 µs of host dispatch there). Nodes inside layer 0 count ``num_layer`` times (the label's JSON); a label with
+``num_layer`` 0 traced the whole model (NeuSight's ``collect_label.py`` does so for Switch Transformers), so each
+of its nodes counts once. pmdb's side is
 the compute-stream events of a prediction's simulated iteration (``pmdb predict --export-trace``): each op's
 predicted device time (µs) and its training phase. Both sides are grouped into the same coarse kinds (KINDS):
 dropout is counted with the elementwise ops, as a captured step runs its backward as an ``aten::mul`` by the mask.
@@ -58,10 +60,11 @@ def _label_text(row: pd.Series) -> str:
 
 
 def label_kinds(csv_path: Path, num_layer: int) -> pd.DataFrame:
-    """Label device time per (kind, phase) in ms: each node's fw/bw latency, layer-0 nodes times ``num_layer``."""
+    """Label device time per (kind, phase) in ms: each node's fw/bw latency, layer-0 nodes times ``num_layer``
+    (0: the CSV holds every layer, each node once)."""
     nodes = pd.read_csv(csv_path)
     nodes = nodes[nodes["op"].isin(["call_module", "call_function", "call_method"])]
-    repeat = nodes["meta"].astype(str).str.contains(LAYER_ZERO).map({True: num_layer, False: 1})
+    repeat = nodes["meta"].astype(str).str.contains(LAYER_ZERO).map({True: max(num_layer, 1), False: 1})
     kinds = nodes.apply(_label_text, axis=1).map(kind_of)
     frame = pd.DataFrame({"kind": kinds, "fw": nodes["fw_latency"] * repeat, "bw": nodes["bw_latency"] * repeat})
     return frame.groupby("kind")[["fw", "bw"]].sum()

@@ -1,5 +1,5 @@
 """benchmarks/gpu_node_diagnosis.py on a real NeuSight per-node breakdown (BERT-large b2 on the V100): layer-0 nodes
-count num_layer times, nodes fall into the kinds pmdb's ops do, and the table puts the largest gaps first. pmdb's side
+count num_layer times (once where num_layer is 0: a whole-model trace), nodes fall into the kinds pmdb's ops do, and the table puts the largest gaps first. pmdb's side
 is a timeline in the format `pmdb predict --export-trace` writes (compute-stream events)."""
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ def test_label_kinds_and_the_largest_gaps_first(shared_data, tmp_path):
     dense = nodes["Name"].str.contains("query|key|value|dense|decoder|seq_relationship")
     expected = 24 * nodes.loc[in_layer & dense, "fw_latency"].sum() + nodes.loc[~in_layer & dense, "fw_latency"].sum()
     assert label.loc["linear (GEMM)", "fw"] == pytest.approx(expected)   # 71.2 ms: 24 layers' GEMMs + the heads
+    whole = diag.label_kinds(csv, num_layer=0)   # a whole-model trace (NeuSight's Switch labels): each node once
+    once = nodes.loc[dense, "fw_latency"].sum()
+    assert whole.loc["linear (GEMM)", "fw"] == pytest.approx(once) and once < expected
     timeline = tmp_path / "timeline.json.gz"
     events = [_event("aten::linear", "fw", 60_000.0), _event("aten::mm", "bw", 150_000.0),
               _event("aten::softmax", "fw", 2_400.0), _event("aten::cross_entropy_loss", "loss", 300.0)]
