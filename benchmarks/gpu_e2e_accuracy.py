@@ -106,6 +106,25 @@ _COMMANDS = Commands("gpu_e2e_accuracy")
 pmdb, sql = _COMMANDS.run, _COMMANDS.sql
 
 
+def import_tables(home: Path, kernels: Path, log: list[str]) -> None:
+    """A new workspace with the nine spec sheets and the five GPUs' kernel tables (steps 1 of the docstring)."""
+    pmdb(home, "init", log=log)
+    pmdb(home, "platform-specs", *map(str, sorted((kernels / "device_configs").glob("*.json"))), log=log)
+    for folder in TABLE_DIRS:
+        pmdb(home, "collect", "import-ops", str(kernels / folder), "--format", "neusight",
+             "--platform", TABLE_PLATFORMS[folder], log=log)
+
+
+def today_host_path(home: Path, shared: Path, log: list[str]) -> None:
+    """The default lender's T1-T5 from the shared H200 trace at its unprofiled pace (step 3 of the docstring)."""
+    h200 = shared / H200_TRACE
+    unprofiled_ms = json.loads((h200 / "run.json").read_text())["unprofiled_step_ms"]
+    pmdb(home, "platform-specs", str(shared / H200_SHEET), log=log)
+    pmdb(home, "collect", "trace", "--kineto", str(h200 / "kineto.json.gz"), "--et", str(h200 / "et.json.gz"),
+         "--platform", LENDER, "--workload", "h200_gpt2_large", "--measured-ms", str(unprofiled_ms), log=log)
+    pmdb(home, "fit", "overheads", "--platform", LENDER, "--host-pace", str(shared / HOST_PACE), log=log)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = workspace_parser(__doc__, RESULTS / "gpu_e2e_accuracy.md", 10.0, "each labelled GPU with its own tables")
     parser.add_argument("--cross-gpu-max-rows", type=int, default=3000,
@@ -121,11 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     log: list[str] = []
     started = time.perf_counter()
     load_before = os.getloadavg()
-    pmdb(home, "init", log=log)
-    pmdb(home, "platform-specs", *map(str, sorted((kernels / "device_configs").glob("*.json"))), log=log)
-    for folder in TABLE_DIRS:
-        pmdb(home, "collect", "import-ops", str(kernels / folder), "--format", "neusight",
-             "--platform", TABLE_PLATFORMS[folder], log=log)
+    import_tables(home, kernels, log)
     gpus = discover(labels, kernels / "device_configs")
     for gpu in gpus:
         if gpu.own_tables:
@@ -134,12 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             pmdb(home, "fit", "cross-gpu", "--target", gpu.platform, "--max-rows", str(args.cross_gpu_max_rows),
                  "--no-progress", log=log)
-    h200 = args.shared / H200_TRACE
-    unprofiled_ms = json.loads((h200 / "run.json").read_text())["unprofiled_step_ms"]
-    pmdb(home, "platform-specs", str(args.shared / H200_SHEET), log=log)
-    pmdb(home, "collect", "trace", "--kineto", str(h200 / "kineto.json.gz"), "--et", str(h200 / "et.json.gz"),
-         "--platform", LENDER, "--workload", "h200_gpt2_large", "--measured-ms", str(unprofiled_ms), log=log)
-    pmdb(home, "fit", "overheads", "--platform", LENDER, "--host-pace", str(args.shared / HOST_PACE), log=log)
+    today_host_path(home, args.shared, log)
     for gpu in gpus:
         pmdb(home, "collect", "import-e2e", *map(str, gpu.runs.values()), "--format", "neusight", "--platform",
              gpu.platform, log=log)

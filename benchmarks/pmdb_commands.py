@@ -55,9 +55,10 @@ class Commands:
                             log)[0]["id"])
 
 
-def workspace_parser(doc: str, out: Path, fit_budget_minutes: float, fitted: str) -> "argparse.ArgumentParser":
+def workspace_parser(doc: str, out: Path, fit_budget_minutes: float | None, fitted: str = ""
+                     ) -> "argparse.ArgumentParser":
     """The options every from-an-empty-workspace benchmark takes: --shared, --workspace, --out and the time budget
-    of its `pmdb fit ... --all` (``fitted`` names what that fit is of, for the help)."""
+    of its `pmdb fit ... --all` (``fitted`` names what that fit is of, for the help; None: it runs no such fit)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
@@ -67,9 +68,10 @@ def workspace_parser(doc: str, out: Path, fit_budget_minutes: float, fitted: str
     parser.add_argument("--workspace", type=Path, default=None,
                         help="workspace to build (default: a new temporary one; must not exist)")
     parser.add_argument("--out", type=Path, default=out, help="Markdown results file")
-    parser.add_argument("--fit-budget-minutes", type=float, default=fit_budget_minutes,
-                        help=f"safety cap on the searches of `pmdb fit --all` of {fitted} (counted work decides "
-                             f"the models; a cap that cuts one is recorded; default {fit_budget_minutes:g})")
+    if fit_budget_minutes is not None:
+        parser.add_argument("--fit-budget-minutes", type=float, default=fit_budget_minutes,
+                            help=f"safety cap on the searches of `pmdb fit --all` of {fitted} (counted work decides "
+                                 f"the models; a cap that cuts one is recorded; default {fit_budget_minutes:g})")
     return parser
 
 

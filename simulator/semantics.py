@@ -59,7 +59,11 @@ from pmdb.traces.graph import Stream
 # 15: rule 8 on a GPU too: a bmm backward node's layout, read from the gradient GEMMs nested in it, was built only
 #    for graphs loaded with every nested op (CPUs, `collect mine-traces`), so a GPU prediction priced it row-major
 #    and missed its mined rows (pmdb.traces.opmap.needs_nested_ops); CPU predictions are unchanged
-RULES_VERSION = 15
+# 16: a graph that timed no kernel (a shape-only capture) predicted on a GPU prices an op no model maps by the
+#    roofline of the target's peaks over the rows it moves (gathers, scatters, fills, reductions: a mixture-of-
+#    experts router and expert loop), not at no device time (pmdb.traces.opmap.untimed_work); an eval-mode dropout
+#    (an inference call) costs no device time; traced graphs and CPU predictions are unchanged
+RULES_VERSION = 16
 
 COMPUTE = int(Stream.COMPUTE)
 COMM = int(Stream.COMM)

@@ -33,7 +33,7 @@ from pmdb.traces.graph import Op, Stream, TraceGraph
 from simulator.cache_levels import UNKNOWN, between, cold_share, levels_known
 from simulator.measured_shapes import MICROBENCHMARK, MINED, MINED_SELF, ShapeMedians
 from simulator.model_set import BLEND, CACHE_PREFERENCE, CACHE_STATES, PAIRED, REUSE, ModelSet, Overheads
-from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op
+from pmdb.traces.opmap import NO_WORK, Mapped, implementation, map_op, untimed_work
 from fitters.overheads import input_size_class
 
 COMPUTE, COMM = int(Stream.COMPUTE), int(Stream.COMM)
@@ -136,6 +136,7 @@ class ModelTiming:
         self.loop = self.sync_host and state in ("default", REUSE)
         self.embedding = embedding or EmbeddingStats()
         self.usage = Usage()
+        self.untimed = False   # the rank being collected timed no kernel (and the target is a GPU)
         self._time: dict[int, float] = {}
         self.priced_by: dict[int, str] = {}  # id(op) -> what priced it: 'name:version', 'roofline', ...
         self.trace_set_id: int | None = None  # of the graph priced (rows mined from it price 'mined-self')
@@ -156,7 +157,10 @@ class ModelTiming:
     # ---- batched prediction --------------------------------------------------------------------------------------
     def _collect(self, node: Op, rank: int, rows: list[_Row]) -> None:
         """Map a node; when no whole-op model covers it on a CPU, descend into its children."""
-        mapped = self.models.priced_as(map_op(node), lambda m: self._was_measured(node, m))  # scalar ops: fallback
+        mapped = map_op(node)
+        if mapped is None and self.untimed:
+            mapped = untimed_work(node)   # no kernel of it was timed: its work by the roofline, not nothing
+        mapped = self.models.priced_as(mapped, lambda m: self._was_measured(node, m))  # scalar ops: fallback
         if isinstance(mapped, Mapped) and mapped.op == "embedding_lookup":
             extra, tables = self.embedding.lookup(rank, node, mapped)
             if extra is not None and (self.models.kernel(mapped.op, mapped.pass_) is not None
@@ -499,6 +503,8 @@ class ModelTiming:
         spans = []
         for rank, rg in enumerate(graph.ranks):
             first = len(rows)
+            # a graph that timed no kernel (a shape-only capture) on a GPU: ops pmdb cannot model get the roofline
+            self.untimed = not self.sync_host and not any(k.launch_name for op in rg.ops for k in op.kernels)
             for op in rg.ops:
                 if not op.is_collective:
                     self._collect(op, rank, rows)

@@ -11,7 +11,8 @@ Backward ops are autograd nodes (``autograd::engine::evaluate_function: XBackwar
 gradient and the nested ops.
 
 :func:`map_op` returns a :class:`Mapped`, :data:`NO_WORK` for views and metadata ops (no device work: their cost is
-CPU overhead only), or None for an op pmdb cannot model.
+CPU overhead only), or None for an op pmdb cannot model; :func:`untimed_work` then gives such an op's device work
+where no trace timed it (a shape-only capture on a GPU), for the roofline.
 """
 from __future__ import annotations
 
@@ -511,6 +512,59 @@ def map_op(op: Op) -> Mapped | object | None:
             name = SCALAR_OPERAND[short]
         return Mapped(name, "fwd", params)
     return None
+
+
+def _int_list(value: Any) -> list[int] | None:
+    """A size argument (a list of ints; empty: a 0-dim tensor of one element) as recorded, else None."""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return [int(v) for v in value]
+    return None
+
+
+def _gathered(op: Op) -> list[int] | None:
+    """The output shape of an advanced-indexing gather ``self[i0, i1, ...]``: the indexed dimensions (those with an
+    index tensor) replaced by the index's shape (the largest where several broadcast)."""
+    shapes = op.input_shapes
+    base = _dims(shapes[0]) if shapes else None
+    indices = shapes[1] if len(shapes) > 1 and isinstance(shapes[1], list) else []
+    if not base:
+        return None
+    picked = [_dims(i) for i in indices]
+    index = max((i for i in picked if i), key=_numel, default=None)
+    if index is None:
+        return None
+    kept = [d for pos, d in enumerate(base) if pos >= len(picked) or not picked[pos]]
+    return list(index) + kept
+
+
+def untimed_work(op: Op) -> Mapped | None:
+    """The device work of a top-level op that :func:`map_op` cannot model, for a graph that recorded no kernel time
+    of it (a shape-only capture predicted on a GPU), priced by the roofline of the target's peaks instead of
+    nothing: gathers and scatters by the rows they move (``index``, ``index_put``), allocations that fill by their
+    size (``new_zeros``, ``one_hot``, the scatter of a ``max`` backward), anything else as element-wise over its
+    largest tensor input (reductions such as ``argmax``, ``max``; logical ops). None without tensor inputs."""
+    short = _short(op.name)
+    if short == "index":
+        out = _gathered(op)
+        return Mapped("index", "fwd", _rows_cols(out)) if out else None
+    if short in ("index_put", "index_put_", "_index_put_impl_"):
+        values = _dims(op.input_shapes[2]) if len(op.input_shapes) > 2 else None
+        return Mapped("index_put", "fwd", _rows_cols(values)) if values else None
+    if short in ("new_zeros", "new_ones", "new_full"):
+        size = _int_list(_scalar(op, 1))
+        return Mapped("fill_", "fwd", _rows_cols(size)) if size is not None else None
+    if short == "value_selecting_reduction_backward":
+        size = _int_list(_scalar(op, 3))
+        return Mapped("fill_", "fwd", _rows_cols(size)) if size is not None else None
+    tensors = _tensors(op.input_shapes)
+    if not tensors:
+        return None
+    largest = max(tensors, key=_numel)
+    if short == "one_hot":
+        classes = _scalar(op, 1)
+        width = int(classes) if isinstance(classes, int) and classes > 0 else 1
+        return Mapped("fill_", "fwd", {"M": float(_numel(largest)), "N": float(width)})
+    return Mapped(short, "fwd", _rows_cols(largest))
 
 
 def implementation(node: Op, mapped: Mapped) -> str | None:

@@ -59,3 +59,23 @@ def test_every_op_with_device_work_is_priced_and_phases_apart(workspace, capture
     assert ("aten::gelu_backward", "scaled-fwd") in fallbacks       # by the forward gelu model, scaled
     assert ("aten::native_layer_norm_backward", "roofline") in fallbacks
     assert ("aten::embedding_backward", "roofline") in fallbacks
+
+
+def test_a_mixture_of_experts_capture_has_no_unpriced_op(workspace, captured, tmp_path, capsys):
+    """The router's and the expert loop's gathers, scatters, reductions and fills, which no model maps, are priced
+    by the roofline of the sheet's peaks where the capture timed nothing (pmdb.traces.opmap.untimed_work)."""
+    pytest.importorskip("transformers.models.switch_transformers")
+    from tests.collectors.workloads.test_moe_routing import TINY_SWITCH
+
+    config = tmp_path / "tiny_switch.json"
+    config.write_text(json.dumps(TINY_SWITCH))
+    assert main([*captured, "collect", "workload", "transformer", "--graph-only", "--config", str(config),
+                 "--batch-size", "2", "--seq-len", "16"]) == 0
+    capsys.readouterr()
+    assert main([*captured, "predict", "--trace-set", "2", "--target-platform", V100, "--format", "json"]) == 0
+    with Store.open(workspace, read_only=True) as store:
+        unmodelled = store.scalar("SELECT CAST(unmodelled AS VARCHAR) FROM predictions WHERE trace_set_id = 2")
+    fallbacks = {(u["op"], u["fallback"]) for u in json.loads(unmodelled)}
+    assert {op for op, kind in fallbacks if kind == "unpriced"} == set()
+    assert {("aten::index", "roofline"), ("aten::argmax", "roofline"), ("aten::new_zeros", "roofline"),
+            ("aten::index_put", "roofline")} <= fallbacks

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pmdb.traces.graph import Op
-from pmdb.traces.opmap import NO_WORK, Mapped, map_op
+from pmdb.traces.opmap import NO_WORK, Mapped, map_op, untimed_work
 
 BWD = "autograd::engine::evaluate_function: "
 
@@ -123,3 +123,30 @@ def test_row_gather_is_not_a_pooled_lookup():
     assert map_op(bag) == Mapped("embedding_lookup", "bwd", {})
     tbe = Op(BWD + "torch::autograd::CppNode<SplitLookupFunction_sgd_Op_pt2>")
     assert map_op(tbe) == Mapped("embedding_lookup", "bwd", {})
+
+
+@pytest.mark.parametrize("op, expected", [
+    # an expert's rows gathered: hidden[None, top_x] of [1, 32, 32] by 6 indices -> [6, 1, 32]... rows x columns
+    (Op("aten::index", input_shapes=[[1, 32, 32], [[], [6]]]), Mapped("index", "fwd", {"M": 6.0, "N": 32.0})),
+    (Op("aten::index", input_shapes=[[32, 64], [[6]]]), Mapped("index", "fwd", {"M": 6.0, "N": 64.0})),
+    # the gather's backward: its values (6 x 1) scattered into zeros
+    (Op("aten::index_put", input_shapes=[[32, 1, 1], [[6], [6]], [6, 1], []]),
+     Mapped("index_put", "fwd", {"M": 6.0, "N": 1.0})),
+    (Op("aten::new_zeros", input_shapes=[[6, 1], [[], [], []], [], [], [], []], attrs={"scalars": {"1": [32, 1, 1]}}),
+     Mapped("fill_", "fwd", {"M": 32.0, "N": 1.0})),
+    (Op("aten::value_selecting_reduction_backward", input_shapes=[[2, 16], [], [2, 16], [[], [], []], []],
+        attrs={"scalars": {"3": [2, 16, 4]}}), Mapped("fill_", "fwd", {"M": 32.0, "N": 4.0})),
+    (Op("aten::new_ones", input_shapes=[[1, 16], [], []], attrs={"scalars": {"1": []}}),   # a 0-dim tensor
+     Mapped("fill_", "fwd", {"M": 1.0, "N": 1.0})),
+    (Op("aten::one_hot", input_shapes=[[2, 16], []], attrs={"scalars": {"1": 4}}),
+     Mapped("fill_", "fwd", {"M": 32.0, "N": 4.0})),
+    # anything else: element-wise over its largest tensor input (a router's argmax over [2, 16, 4])
+    (Op("aten::argmax", input_shapes=[[2, 16, 4], [], []]), Mapped("argmax", "fwd", {"M": 32.0, "N": 4.0})),
+])
+def test_untimed_work_of_ops_no_model_maps(op, expected):
+    assert map_op(op) is None and untimed_work(op) == expected
+
+
+def test_untimed_work_needs_tensors():
+    assert untimed_work(Op("aten::scalar_tensor", input_shapes=[[], [], [], [], []])) is None
+    assert untimed_work(Op("aten::new_zeros", input_shapes=[[6, 1], [[], []]])) is None   # size not recorded
