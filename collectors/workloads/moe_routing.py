@@ -14,11 +14,14 @@ rows (Switch Transformers cap each expert's tokens per sequence at ``expert_capa
 unchanged). Two forms of expert loop are replaced (:class:`Routed`):
 
 * ``modules``: a ModuleDict of experts named ``expert_<i>``, each an MLP module (Switch Transformers);
-* ``fused``: the top-k experts of transformers 5 (Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE): one module holding every
-  expert's weights, ``gate_up_proj`` [experts, 2 x intermediate, hidden] and ``down_proj`` [experts, hidden,
-  intermediate], ``forward(hidden_states, top_k_index, top_k_weights)``. The capture builds these with
+* ``fused``: the top-k experts of transformers 5 (Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE, DeepSeek-V2, DeepSeek-V3,
+  GLM-4-MoE, Phi-MoE, GraniteMoE, ERNIE-4.5-MoE): one module holding every expert's weights, ``gate_up_proj``
+  [experts, 2 x intermediate, hidden] and ``down_proj`` [experts, hidden, intermediate], ``forward(hidden_states,
+  top_k_index, top_k_weights)``, the same loop line for line. The capture builds these with
   ``experts_implementation="eager"`` (graph_only), so that this loop, not the fused ``grouped_mm`` path, is the one
-  replaced. A shared expert beside them (Qwen2-MoE) is a dense MLP of every token: captured as it is.
+  replaced. A shared expert beside them (Qwen2-MoE, DeepSeek, GLM-4-MoE, ERNIE-4.5) is a dense MLP of every token:
+  captured as it is. Their routers differ (softmax or sigmoid scores, DeepSeek's and GLM's groups of experts,
+  Phi-MoE's sparsemixer, a score correction bias) and run as they are; only the loop after them is replaced.
 
 The replacement runs the real loop's device work per expert on those rows: the gather of the expert's rows, the
 expert's MLP (fused: ``linear`` with ``gate_up_proj[e]``, ``chunk``, ``act_fn(gate) * up``, ``linear`` with
@@ -29,8 +32,9 @@ device-to-host syncs on a GPU).
 A second policy, ``inputs`` (``--routing inputs``), routes as the recipe's own inputs do where they decide it:
 with every input id 1 and nothing random between the embedding and the router, every token's hidden state is the
 same (attention over equal values returns that value; the models here add no absolute position embedding to it:
-Switch Transformers has a relative attention bias, the fused models rotary embeddings), so the router sends every
-token to the same ``top_k`` experts, and only those run their loop iteration:
+Switch Transformers has a relative attention bias, the fused models rotary embeddings), so the router, which
+scores each token from its own hidden state alone, sends every token to the same ``top_k`` experts, and only those
+run their loop iteration:
 
     rows = tokens                                                                    (no capacity), or
     rows = batch x min(expert_capacity, tokens per sequence)                  (each sequence up to the capacity)
@@ -38,7 +42,10 @@ token to the same ``top_k`` experts, and only those run their loop iteration:
 for ``top_k`` experts and none for the others. That holds in eval mode (an inference call) and in a training step
 without dropout or router jitter (Mixtral's defaults); where a training step draws dropout masks or jitter (Switch
 Transformers' ``dropout_rate``, ``router_jitter_noise``) the tokens differ and the policy falls back to balanced
-routing, and the note says why. The tests compare both with real CPU runs of tiny models.
+routing, and the note says why (Phi-MoE's ``router_jitter_noise`` too). The tests compare both with real CPU runs
+of tiny models. Hybrid models whose other layers mix positions (Qwen3-Next's and MiniMax's linear attention,
+Jamba's Mamba layers: a recurrent state and a causal convolution over the sequence) are not routed here although
+their experts class runs the same loop: their tokens differ at the routers, so the premise of ``inputs`` fails.
 
 What the policy cannot know: which experts a real router picks. With the labels' inputs (every token id 1) the
 tokens' hidden states are alike, and a top-k router without noise sends every token to the same ``top_k`` experts:
@@ -66,14 +73,29 @@ class Routed(NamedTuple):
     form: str = "fused"
 
 
-# model_type -> the expert loop the capture replaces
+def _fused(model_type: str, cls: str) -> Routed:
+    """A fused experts class of transformers' ``models.<model_type>.modeling_<model_type>``."""
+    return Routed(f"transformers.models.{model_type}.modeling_{model_type}", cls)
+
+
+# model_type -> the expert loop the capture replaces. The fused entries' classes run Mixtral's loop line for line
+# (the tests compare the source); their routers differ (softmax or sigmoid scores, DeepSeek's and GLM-4-MoE's groups
+# of experts, Phi-MoE's sparsemixer, ERNIE-4.5's score correction) but all hand the loop top_k_index/top_k_weights.
+# Left out: hybrids whose linear-attention or Mamba layers mix positions (qwen3_next, minimax, jamba: the alike
+# tokens of --routing inputs are not alike at their routers), and experts classes with another loop or layout.
 ROUTED: dict[str, Routed] = {
     "switch_transformers": Routed("transformers.models.switch_transformers.modeling_switch_transformers",
                                   "SwitchTransformersExperts", "modules"),
-    "mixtral": Routed("transformers.models.mixtral.modeling_mixtral", "MixtralExperts"),
-    "qwen2_moe": Routed("transformers.models.qwen2_moe.modeling_qwen2_moe", "Qwen2MoeExperts"),
-    "olmoe": Routed("transformers.models.olmoe.modeling_olmoe", "OlmoeExperts"),
-    "qwen3_moe": Routed("transformers.models.qwen3_moe.modeling_qwen3_moe", "Qwen3MoeExperts"),
+    "mixtral": _fused("mixtral", "MixtralExperts"),
+    "qwen2_moe": _fused("qwen2_moe", "Qwen2MoeExperts"),
+    "olmoe": _fused("olmoe", "OlmoeExperts"),
+    "qwen3_moe": _fused("qwen3_moe", "Qwen3MoeExperts"),
+    "deepseek_v2": _fused("deepseek_v2", "DeepseekV2Experts"),   # a shared expert beside them, as Qwen2-MoE
+    "deepseek_v3": _fused("deepseek_v3", "DeepseekV3Experts"),   # likewise
+    "glm4_moe": _fused("glm4_moe", "Glm4MoeExperts"),            # likewise
+    "phimoe": _fused("phimoe", "PhimoeExperts"),                 # router jitter in training: balanced (not_alike)
+    "granitemoe": _fused("granitemoe", "GraniteMoeExperts"),
+    "ernie4_5_moe": _fused("ernie4_5_moe", "Ernie4_5_MoeExperts"),   # shared experts when the config has them
 }
 
 

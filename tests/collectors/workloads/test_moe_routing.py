@@ -3,21 +3,23 @@ whose expert loop is data-dependent and failed on the meta device, is captured w
 capacity; every expert's GEMMs get the stated rows; the replacement records no op kind that a real CPU run of the
 same tiny model does not; the CLI says how the experts were routed.
 
-The fused top-k experts of transformers 5 (Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE) likewise: each expert gets
-ceil(tokens x top_k / experts) rows, and transformers' own expert loop, run for real on the CPU with a router forced
-to balanced choices, computes the same GEMMs, gathers and scatter-adds as the meta capture's replacement.
+The fused top-k experts of transformers 5 (Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE, DeepSeek-V2/V3, GLM-4-MoE, Phi-MoE,
+GraniteMoE, ERNIE-4.5-MoE) likewise: each expert gets ceil(tokens x top_k / experts) rows, and transformers' own
+expert loop, run for real on the CPU with a router forced to balanced choices, computes the same GEMMs, gathers and
+scatter-adds as the meta capture's replacement.
 
 The ``inputs`` policy (every token alike under the recipe's all-ones inputs): transformers' own loops, run for real
 on the CPU with their own routers and no forcing, compute exactly the meta capture's expert GEMMs, in eval mode for
 every routed model and in a training step for the fused ones (no dropout by default); a Switch training step draws
-dropout masks, so the policy falls back to balanced routing and says why."""
+dropout masks, a Phi-MoE one router jitter, so the policy falls back to balanced routing and says why."""
 from __future__ import annotations
 
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import functools
 import importlib
 import inspect
 import textwrap
@@ -25,7 +27,7 @@ import textwrap
 import pytest
 import torch
 
-from collectors.workloads.graph_only import GraphRequest, build_model, capture, record_step
+from collectors.workloads.graph_only import CaptureInfo, GraphRequest, build_model, capture, record_step
 from collectors.workloads.moe_routing import ROUTED, alike_rows, expert_routing, not_alike, tokens_per_expert
 from pmdb.cli.main import main
 
@@ -38,6 +40,9 @@ BATCH, SEQ = 2, 16
 # fused top-k experts: 4 experts, 2 per token, 2 layers; hidden 32, expert intermediate INTERMEDIATE[model_type]
 TOP_K_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                "num_experts_per_tok": 2, "vocab_size": 100, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+# multi-head latent attention (DeepSeek): low-rank queries and keys/values, every query head its own key/value head
+MLA = {"num_key_value_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+       "v_head_dim": 8}
 TINY_TOP_K = {
     "mixtral": {"model_type": "mixtral", "num_local_experts": 4, "intermediate_size": 64, **TOP_K_SIZES},
     "qwen2_moe": {"model_type": "qwen2_moe", "num_experts": 4, "intermediate_size": 64, "moe_intermediate_size": 48,
@@ -45,11 +50,30 @@ TINY_TOP_K = {
     "olmoe": {"model_type": "olmoe", "num_experts": 4, "intermediate_size": 64, **TOP_K_SIZES},
     "qwen3_moe": {"model_type": "qwen3_moe", "num_experts": 4, "intermediate_size": 64, "moe_intermediate_size": 48,
                   "head_dim": 8, **TOP_K_SIZES},
+    # DeepSeek's multi-head latent attention (as many key/value heads as query heads) and a shared expert; every
+    # layer a MoE layer; grouped routing: 2 groups of 2 experts, the top-2 from the best group
+    "deepseek_v2": {"model_type": "deepseek_v2", **TOP_K_SIZES, **MLA, "n_routed_experts": 4, "intermediate_size": 64,
+                    "moe_intermediate_size": 48, "n_shared_experts": 1, "first_k_dense_replace": 0,
+                    "topk_method": "group_limited_greedy", "n_group": 2, "topk_group": 1},
+    "deepseek_v3": {"model_type": "deepseek_v3", **TOP_K_SIZES, **MLA, "n_routed_experts": 4, "intermediate_size": 64,
+                    "moe_intermediate_size": 48, "n_shared_experts": 1, "first_k_dense_replace": 0, "n_group": 2,
+                    "topk_group": 1},
+    "glm4_moe": {"model_type": "glm4_moe", "n_routed_experts": 4, "intermediate_size": 64, "moe_intermediate_size": 48,
+                 "n_shared_experts": 1, "first_k_dense_replace": 0, "n_group": 1, "topk_group": 1, "head_dim": 8,
+                 **TOP_K_SIZES},
+    "phimoe": {"model_type": "phimoe", "num_local_experts": 4, "intermediate_size": 64, **TOP_K_SIZES},
+    "granitemoe": {"model_type": "granitemoe", "num_local_experts": 4, "intermediate_size": 64, **TOP_K_SIZES},
+    "ernie4_5_moe": {"model_type": "ernie4_5_moe", "moe_num_experts": 4, "moe_k": 2, "intermediate_size": 64,
+                     "moe_intermediate_size": 48, "moe_num_shared_experts": 1, "moe_layer_start_index": 0,
+                     **TOP_K_SIZES},
 }
-INTERMEDIATE = {"mixtral": 64, "qwen2_moe": 48, "olmoe": 64, "qwen3_moe": 48}
+INTERMEDIATE = {"mixtral": 64, "qwen2_moe": 48, "olmoe": 64, "qwen3_moe": 48, "deepseek_v2": 48, "deepseek_v3": 48,
+                "glm4_moe": 48, "phimoe": 64, "granitemoe": 64, "ernie4_5_moe": 48}
 # the router class of each model, forced to balanced choices for the real CPU run
 ROUTERS = {"mixtral": "MixtralTopKRouter", "qwen2_moe": "Qwen2MoeTopKRouter", "olmoe": "OlmoeTopKRouter",
-           "qwen3_moe": "Qwen3MoeTopKRouter"}
+           "qwen3_moe": "Qwen3MoeTopKRouter", "deepseek_v2": "DeepseekV2TopkRouter",
+           "deepseek_v3": "DeepseekV3TopkRouter", "glm4_moe": "Glm4MoeTopkRouter", "phimoe": "PhimoeTopKRouter",
+           "granitemoe": "GraniteMoeTopKRouter", "ernie4_5_moe": "Ernie4_5_MoeTopKRouter"}
 EXPERT_WORK = ("aten::linear", "aten::mm", "aten::matmul", "aten::index", "aten::index_add_", "aten::chunk")
 
 
@@ -81,8 +105,14 @@ def _gemm_rows(path: Path, d_in: int) -> Counter:
     return rows
 
 
+@functools.lru_cache(maxsize=4)
+def _nodes(path: Path) -> list[dict[str, Any]]:
+    """The nodes of a trace, read once for the checks of one test (each test writes its traces once)."""
+    return json.loads(path.read_text())["nodes"]
+
+
 def _aten_names(path: Path) -> set[str]:
-    return {n["name"] for n in json.loads(path.read_text())["nodes"] if n["name"].startswith("aten::")}
+    return {n["name"] for n in _nodes(path) if n["name"].startswith("aten::")}
 
 
 def test_a_switch_transformer_is_captured_on_meta_with_balanced_experts(tmp_path):
@@ -142,8 +172,7 @@ def test_a_model_without_experts_is_left_as_it_is():
 
 def _gemms(path: Path) -> Counter:
     """(op, input shapes) of the experts' device work (:data:`EXPERT_WORK`) in a trace, counted."""
-    return Counter((n["name"], json.dumps(n["inputs"]["shapes"])) for n in json.loads(path.read_text())["nodes"]
-                   if n["name"] in EXPERT_WORK)
+    return Counter((n["name"], json.dumps(n["inputs"]["shapes"])) for n in _nodes(path) if n["name"] in EXPERT_WORK)
 
 
 def _top_k_request(model_type: str) -> GraphRequest:
@@ -151,20 +180,40 @@ def _top_k_request(model_type: str) -> GraphRequest:
     return GraphRequest(f"tiny-{model_type}", TINY_TOP_K[model_type], BATCH, SEQ)
 
 
+MetaCapture = Callable[[str], tuple[CaptureInfo, Path]]
+
+
+@pytest.fixture(scope="module")
+def balanced_meta(tmp_path_factory: pytest.TempPathFactory) -> MetaCapture:
+    """The meta capture (note, trace) of a tiny top-k model's training step with balanced routing, made once per
+    model type for the two tests below. Its router is forced to balanced choices (:func:`_balanced_router`) as in
+    the real CPU run it is compared with, so that the router's own ops match; the replacement ignores the choices."""
+    made: dict[str, tuple[CaptureInfo, Path]] = {}
+
+    def meta(model_type: str) -> tuple[CaptureInfo, Path]:
+        if model_type not in made:
+            path = tmp_path_factory.mktemp(f"meta-{model_type}") / "meta.json"
+            with pytest.MonkeyPatch.context() as patch:
+                _force_balanced_router(patch, model_type)
+                made[model_type] = capture(_top_k_request(model_type), path), path
+        return made[model_type]
+    return meta
+
+
 @pytest.mark.parametrize("model_type", sorted(TINY_TOP_K))
-def test_a_top_k_model_is_captured_on_meta_with_balanced_experts(tmp_path, model_type):
+def test_a_top_k_model_is_captured_on_meta_with_balanced_experts(tmp_path, balanced_meta, model_type):
     request = _top_k_request(model_type)
     model, _, inputs = build_model(request, "meta")
     assert model.config._experts_implementation == "eager"     # the loop, not the fused grouped_mm (bf16 only)
     with pytest.raises((RuntimeError, NotImplementedError)):     # the data-dependent loop, as transformers has it
         record_step(model, inputs, "none", tmp_path / "plain.json")
-    meta = capture(request, tmp_path / "meta.json")
+    meta, meta_trace = balanced_meta(model_type)
     rows, hidden, inner = BATCH * SEQ * 2 // 4, 32, INTERMEDIATE[model_type]
     assert rows == tokens_per_expert(BATCH * SEQ, BATCH, 4, None, 2) == 16
     assert meta.routing.startswith("2 mixture-of-experts layers captured with balanced routing (4 experts, top-2 "
                                    "per token): 16 rows per expert of 32 tokens")
     # each of the 4 experts of the 2 layers: gate_up_proj[e] on its 16 rows, then down_proj[e]
-    linears = Counter(shapes for (name, shapes) in _gemms(tmp_path / "meta.json").elements()
+    linears = Counter(shapes for (name, shapes) in _gemms(meta_trace).elements()
                       if name == "aten::linear" and json.loads(shapes)[0][0] == rows)
     assert linears == {json.dumps([[rows, hidden], [2 * inner, hidden], []]): 4 * 2,    # no bias
                        json.dumps([[rows, inner], [hidden, inner], []]): 4 * 2}
@@ -196,20 +245,26 @@ def _balanced_router(forward):
     return balanced
 
 
+def _force_balanced_router(patch: pytest.MonkeyPatch, model_type: str) -> None:
+    """Patch the router class of ``model_type`` (:data:`ROUTERS`) to balanced choices."""
+    router = getattr(importlib.import_module(ROUTED[model_type].module), ROUTERS[model_type])
+    patch.setattr(router, "forward", _balanced_router(router.forward))
+
+
 @pytest.mark.parametrize("model_type", sorted(TINY_TOP_K))
-def test_the_real_loop_with_balanced_choices_does_the_meta_capture_s_expert_work(tmp_path, monkeypatch, model_type):
+def test_the_real_loop_with_balanced_choices_does_the_meta_capture_s_expert_work(tmp_path, monkeypatch, balanced_meta,
+                                                                                 model_type):
     """transformers' expert loop (real weights, the CPU) with its router forced to balanced choices computes the
     GEMMs, gathers and scatter-adds of the meta capture's replacement, shape for shape and count for count."""
     request = _top_k_request(model_type)
-    router = getattr(importlib.import_module(ROUTED[model_type].module), ROUTERS[model_type])
-    monkeypatch.setattr(router, "forward", _balanced_router(router.forward))
-    meta = capture(request, tmp_path / "meta.json")
+    meta, meta_trace = balanced_meta(model_type)
+    _force_balanced_router(monkeypatch, model_type)
     cpu = capture(request, tmp_path / "cpu.json", device="cpu")
     assert cpu.routing is None and meta.routing
-    meta_work, cpu_work = _gemms(tmp_path / "meta.json"), _gemms(tmp_path / "cpu.json")
+    meta_work, cpu_work = _gemms(meta_trace), _gemms(tmp_path / "cpu.json")
     assert meta_work == cpu_work, (meta_work - cpu_work, cpu_work - meta_work)
     assert sum(c for (name, _), c in meta_work.items() if name == "aten::index_add_") == 4 * 2
-    meta_names, cpu_names = _aten_names(tmp_path / "meta.json"), _aten_names(tmp_path / "cpu.json")
+    meta_names, cpu_names = _aten_names(meta_trace), _aten_names(tmp_path / "cpu.json")
     # meta's out-of-place index_put / scatter_add (a real device: _index_put_impl_, scatter_add_); the replacement's
     # stand-ins for torch.where's indices (arange, zeros_like)
     assert meta_names - cpu_names <= {"aten::index_put", "aten::scatter_add", "aten::zeros_like"}, \
@@ -278,6 +333,20 @@ def test_a_training_step_with_dropout_falls_back_to_balanced_routing(tmp_path):
         in meta.routing
     capture(GraphRequest("tiny-switch", TINY_SWITCH, BATCH, SEQ), tmp_path / "balanced.json")
     assert _gemm_rows(tmp_path / "meta.json", 48) == _gemm_rows(tmp_path / "balanced.json", 48)
+
+
+def test_phi_moe_s_router_jitter_falls_back_to_balanced_routing_in_a_training_step():
+    """Phi-MoE's router draws jitter in a training step (``router_jitter_noise``, 0.01 by default), so --routing
+    inputs routes it balanced and says why; in eval mode its tokens are alike (the inference test above)."""
+    pytest.importorskip(ROUTED["phimoe"].module)
+    why = "the training step draws random masks or noise (router_jitter_noise)"
+    train, _, _ = build_model(GraphRequest("tiny-phimoe", TINY_TOP_K["phimoe"], BATCH, SEQ), "meta")
+    assert not_alike(train) == why
+    with expert_routing(train, BATCH, SEQ, "inputs") as note:
+        assert note.startswith("2 mixture-of-experts layers captured with balanced routing (4 experts, top-2 per "
+                               "token): 16 rows per expert") and f"--routing inputs does not decide it: {why}" in note
+    inference = GraphRequest("tiny-phimoe", TINY_TOP_K["phimoe"], BATCH, SEQ, mode="inference")
+    assert not_alike(build_model(inference, "meta")[0]) is None
 
 
 def test_the_cli_routes_as_the_inputs_do_when_asked(tmp_path, capsys):
