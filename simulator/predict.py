@@ -23,6 +23,7 @@ from simulator import semantics as sem_mod
 from simulator.embedding_stats import EmbeddingStats
 from simulator.engine import SimResult, simulate, steady_period
 from simulator.measured_shapes import MEASURED
+from simulator.memory_fit import memory_warning
 from simulator.compute_phase import compute_pace
 from simulator.memory_phase import memory_pace
 from simulator.pending import pending_runs  # noqa: F401  (pmdb predict --all; kept importable from here)
@@ -129,6 +130,9 @@ def _predict(store: Store, resolved: ResolvedRequest) -> Prediction:
         raise PmdbError(f"trace set {trace_set_id} predicts {pred.predicted_us:.1f} µs on {target}: nothing in it was "
                         f"priced (no times in the trace and no fitted models of {target}); fit models with "
                         f"`pmdb fit --platform {target}` or import a trace with times")
+    fits = None if session.platform.sync_host else memory_warning(store, trace_set_id, target)
+    if fits:
+        pred.warnings.append(fits)
     if pred.self_priced:
         pred.warnings.append(f"{100 * pred.self_priced_share:.0f}% of the predicted work kept its traced time "
                              f"or rows mined from it (no model priced it): replay, not a model; left out of model "

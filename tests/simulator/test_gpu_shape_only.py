@@ -79,3 +79,26 @@ def test_a_mixture_of_experts_capture_has_no_unpriced_op(workspace, captured, tm
     assert {op for op, kind in fallbacks if kind == "unpriced"} == set()
     assert {("aten::index", "roofline"), ("aten::argmax", "roofline"), ("aten::new_zeros", "roofline"),
             ("aten::index_put", "roofline")} <= fallbacks
+
+
+def test_a_gpu_too_small_for_the_capture_is_said(workspace, captured, shared_data, tmp_path, capsys):
+    """A GPU whose memory cannot hold the captured model's fp32 weights and gradients: one warning line, stored with
+    the prediction; the V100 (32 GiB) holds the tiny BERT without a word (simulator.memory_fit)."""
+    from simulator.memory_fit import held_bytes
+
+    sheet = json.loads((shared_data / "gpu_kernels" / "neusight" / "device_configs" /
+                        "Tesla_V100-PCIE-32GB.json").read_text())
+    small = tmp_path / "Small_GPU.json"
+    small.write_text(json.dumps({**sheet, "Device": "Small GPU", "Dev_Mem": 0.0001}))   # 105 kB
+    assert main([*captured, "platform-specs", str(small)]) == 0
+    capsys.readouterr()
+    assert main([*captured, "predict", "--trace-set", "1", "--target-platform", V100]) == 0
+    assert "does not fit" not in capsys.readouterr().err
+    assert main([*captured, "predict", "--trace-set", "1", "--target-platform", "small-gpu"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "does not fit" in line]
+    with Store.open(workspace, read_only=True) as store:
+        parameters = json.loads(store.scalar("SELECT CAST(summary AS VARCHAR) FROM collection_runs "
+                                             "WHERE kind = 'graph'"))["parameters"]
+    assert len(warned) == 1 and f"{parameters / 1e9:.2f} B parameters need" in warned[0]
+    assert held_bytes(parameters, False, None) == 8 * parameters > 0.0001 * 2 ** 30   # weights and gradients
+    assert held_bytes(parameters, True, None) == 4 * parameters and held_bytes(10, False, "adamw") == 160
