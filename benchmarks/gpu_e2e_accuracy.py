@@ -284,9 +284,12 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
 
 
 HISTORY = [
+    "2026-12-01 04:48 UTC, AMD EPYC (L2 2 MiB, L3 32 MiB), load 0.59, 4.6 min beside a helper session's tests, at "
+    "RULES_VERSION 15 with inference labels and --routing inputs: every figure as in the table above, digit for "
+    "digit (the run above is at RULES_VERSION 16, whose roofline for ops no model maps finds none in these runs).",
     "2026-12-01 02:32 UTC, AMD EPYC (L2 2 MiB, L3 32 MiB), load 0.34, 3.8 min alone, before inference labels and "
     "--routing inputs (neither touches these runs: no -inf- label, no mixture-of-experts model): every figure as in"
-    " the table above, digit for digit (the run above shared the machine with a helper session's tests: 4.6 min).",
+    " the table above, digit for digit.",
     "2026-11-30 23:57 UTC, AMD EPYC (L2 2 MiB, L3 32 MiB), load 3.52, 7.5 min beside a test suite, the first run "
     "with the lane correction: every figure as in the table above, digit for digit (the later run finds its GPUs "
     "and runs in the label folders; the same two GPUs and three runs).",
