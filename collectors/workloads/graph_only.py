@@ -48,7 +48,8 @@ Mixture-of-experts routers add three small ones: the backward of indexing and of
 ``scatter`` out of place on meta (``_index_put_impl_``, ``scatter_`` on a real device), and ``one_hot`` takes its
 meta branch (an ``eq`` against ``arange``). Their expert loops, data-dependent, are routed by a stated policy
 (:mod:`collectors.workloads.moe_routing`: Switch Transformers' expert modules, the fused top-k experts of Mixtral,
-Qwen2-MoE, OLMoE, Qwen3-MoE, DeepSeek-V2/V3, GLM-4-MoE, Phi-MoE, GraniteMoE and ERNIE-4.5-MoE).
+Qwen2-MoE, OLMoE, Qwen3-MoE, DeepSeek-V2/V3, GLM-4-MoE, Phi-MoE, GraniteMoE, ERNIE-4.5-MoE and the hybrids
+Qwen3-Next, MiniMax and Jamba).
 """
 from __future__ import annotations
 

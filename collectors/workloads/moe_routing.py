@@ -15,13 +15,14 @@ unchanged). Two forms of expert loop are replaced (:class:`Routed`):
 
 * ``modules``: a ModuleDict of experts named ``expert_<i>``, each an MLP module (Switch Transformers);
 * ``fused``: the top-k experts of transformers 5 (Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE, DeepSeek-V2, DeepSeek-V3,
-  GLM-4-MoE, Phi-MoE, GraniteMoE, ERNIE-4.5-MoE): one module holding every expert's weights, ``gate_up_proj``
-  [experts, 2 x intermediate, hidden] and ``down_proj`` [experts, hidden, intermediate], ``forward(hidden_states,
-  top_k_index, top_k_weights)``, the same loop line for line. The capture builds these with
-  ``experts_implementation="eager"`` (graph_only), so that this loop, not the fused ``grouped_mm`` path, is the one
-  replaced. A shared expert beside them (Qwen2-MoE, DeepSeek, GLM-4-MoE, ERNIE-4.5) is a dense MLP of every token:
-  captured as it is. Their routers differ (softmax or sigmoid scores, DeepSeek's and GLM's groups of experts,
-  Phi-MoE's sparsemixer, a score correction bias) and run as they are; only the loop after them is replaced.
+  GLM-4-MoE, Phi-MoE, GraniteMoE, ERNIE-4.5-MoE, and the hybrids Qwen3-Next, MiniMax and Jamba): one module holding
+  every expert's weights, ``gate_up_proj`` [experts, 2 x intermediate, hidden] and ``down_proj`` [experts, hidden,
+  intermediate], ``forward(hidden_states, top_k_index, top_k_weights)``, the same loop line for line. The capture
+  builds these with ``experts_implementation="eager"`` (graph_only), so that this loop, not the fused ``grouped_mm``
+  path, is the one replaced. A shared expert beside them (Qwen2-MoE, DeepSeek, GLM-4-MoE, ERNIE-4.5, Qwen3-Next) is
+  a dense MLP of every token: captured as it is. Their routers differ (softmax or sigmoid scores, DeepSeek's and
+  GLM's groups of experts, Phi-MoE's sparsemixer, a score correction bias) and run as they are; only the loop after
+  them is replaced.
 
 The replacement runs the real loop's device work per expert on those rows: the gather of the expert's rows, the
 expert's MLP (fused: ``linear`` with ``gate_up_proj[e]``, ``chunk``, ``act_fn(gate) * up``, ``linear`` with
@@ -43,9 +44,12 @@ for ``top_k`` experts and none for the others. That holds in eval mode (an infer
 without dropout or router jitter (Mixtral's defaults); where a training step draws dropout masks or jitter (Switch
 Transformers' ``dropout_rate``, ``router_jitter_noise``) the tokens differ and the policy falls back to balanced
 routing, and the note says why (Phi-MoE's ``router_jitter_noise`` too). The tests compare both with real CPU runs
-of tiny models. Hybrid models whose other layers mix positions (Qwen3-Next's and MiniMax's linear attention,
-Jamba's Mamba layers: a recurrent state and a causal convolution over the sequence) are not routed here although
-their experts class runs the same loop: their tokens differ at the routers, so the premise of ``inputs`` fails.
+of tiny models. The hybrids (:data:`POSITION_MIXING`: Qwen3-Next's linear attention, a gated delta rule, and
+MiniMax's lightning attention, recurrent states over the sequence; Jamba's Mamba layers, a selective scan and a
+causal convolution) mix positions other than by attention over alike values, so their tokens differ at the
+routers in any mode, eval included (real CPU runs of tiny models in eval mode: 0.003 to 0.18 apart at the
+routers' inputs, where alike tokens are exactly equal), and the premise of ``inputs`` fails: they are routed
+balanced only, ``inputs`` falling back with the reason in the note.
 
 What the policy cannot know: which experts a real router picks. With the labels' inputs (every token id 1) the
 tokens' hidden states are alike, and a top-k router without noise sends every token to the same ``top_k`` experts:
@@ -81,8 +85,9 @@ def _fused(model_type: str, cls: str) -> Routed:
 # model_type -> the expert loop the capture replaces. The fused entries' classes run Mixtral's loop line for line
 # (the tests compare the source); their routers differ (softmax or sigmoid scores, DeepSeek's and GLM-4-MoE's groups
 # of experts, Phi-MoE's sparsemixer, ERNIE-4.5's score correction) but all hand the loop top_k_index/top_k_weights.
-# Left out: hybrids whose linear-attention or Mamba layers mix positions (qwen3_next, minimax, jamba: the alike
-# tokens of --routing inputs are not alike at their routers), and experts classes with another loop or layout.
+# The hybrids (qwen3_next, minimax, jamba) are routed balanced only: their linear-attention or Mamba layers mix
+# positions, so the tokens of --routing inputs are not alike at their routers (POSITION_MIXING, not_alike).
+# Left out: experts classes with another loop or layout.
 ROUTED: dict[str, Routed] = {
     "switch_transformers": Routed("transformers.models.switch_transformers.modeling_switch_transformers",
                                   "SwitchTransformersExperts", "modules"),
@@ -96,6 +101,19 @@ ROUTED: dict[str, Routed] = {
     "phimoe": _fused("phimoe", "PhimoeExperts"),                 # router jitter in training: balanced (not_alike)
     "granitemoe": _fused("granitemoe", "GraniteMoeExperts"),
     "ernie4_5_moe": _fused("ernie4_5_moe", "Ernie4_5_MoeExperts"),   # shared experts when the config has them
+    "qwen3_next": _fused("qwen3_next", "Qwen3NextExperts"),      # hybrids: balanced only (POSITION_MIXING); a
+    "minimax": _fused("minimax", "MiniMaxExperts"),              # shared expert beside Qwen3-Next's
+    "jamba": _fused("jamba", "JambaExperts"),
+}
+
+# model_type -> (the class of its layers that mix positions other than by attention over alike values, what they
+# are): where a model has one, the recipe's alike inputs differ at the routers after it, in any mode. A config of
+# these types with full-attention layers only has none, and routes as the inputs do (as a real CPU run of such tiny
+# models does, checked once by hand; not in the tests).
+POSITION_MIXING: dict[str, tuple[str, str]] = {
+    "qwen3_next": ("Qwen3NextGatedDeltaNet", "linear-attention"),
+    "minimax": ("MiniMaxLightningAttention", "lightning-attention"),
+    "jamba": ("JambaMambaMixer", "Mamba"),
 }
 
 
@@ -123,13 +141,17 @@ def alike_rows(tokens: int, batch_size: int, capacity: int | None) -> int:
 
 
 def not_alike(model: Any) -> str | None:
-    """Why the recipe's tokens are not all alike at the routers (None: they are): a training step that draws dropout
-    masks (a Dropout module or a config ``*dropout*`` above 0) or router jitter (``*jitter*`` above 0)."""
+    """Why the recipe's tokens are not all alike at the routers (None: they are): layers that mix positions
+    (:data:`POSITION_MIXING`, in any mode), or a training step that draws dropout masks (a Dropout module or a config
+    ``*dropout*`` above 0) or router jitter (``*jitter*`` above 0)."""
+    config = getattr(model, "config", None)
+    mixing = POSITION_MIXING.get(getattr(config, "model_type", ""))
+    if mixing is not None and any(type(m).__name__ == mixing[0] for m in model.modules()):
+        return f"its {mixing[1]} layers mix positions, so the recipe's tokens differ at the routers"
     if not getattr(model, "training", False):
         return None
     from torch import nn
 
-    config = getattr(model, "config", None)
     drawn = sorted({name for name, value in (vars(config).items() if config is not None else ())
                     if ("dropout" in name or "jitter" in name) and isinstance(value, (int, float))
                     and not isinstance(value, bool) and value > 0})

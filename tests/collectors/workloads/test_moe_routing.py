@@ -4,14 +4,15 @@ capacity; every expert's GEMMs get the stated rows; the replacement records no o
 same tiny model does not; the CLI says how the experts were routed.
 
 The fused top-k experts of transformers 5 (Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE, DeepSeek-V2/V3, GLM-4-MoE, Phi-MoE,
-GraniteMoE, ERNIE-4.5-MoE) likewise: each expert gets ceil(tokens x top_k / experts) rows, and transformers' own
-expert loop, run for real on the CPU with a router forced to balanced choices, computes the same GEMMs, gathers and
-scatter-adds as the meta capture's replacement.
+GraniteMoE, ERNIE-4.5-MoE, and the hybrids Qwen3-Next, MiniMax, Jamba) likewise: each expert gets ceil(tokens x
+top_k / experts) rows, and transformers' own expert loop, run for real on the CPU with a router forced to balanced
+choices, computes the same GEMMs, gathers and scatter-adds as the meta capture's replacement.
 
 The ``inputs`` policy (every token alike under the recipe's all-ones inputs): transformers' own loops, run for real
 on the CPU with their own routers and no forcing, compute exactly the meta capture's expert GEMMs, in eval mode for
 every routed model and in a training step for the fused ones (no dropout by default); a Switch training step draws
-dropout masks, a Phi-MoE one router jitter, so the policy falls back to balanced routing and says why."""
+dropout masks, a Phi-MoE one router jitter, so the policy falls back to balanced routing and says why. So it
+does for the hybrids in any mode: their linear-attention or Mamba layers make the tokens differ at the routers."""
 from __future__ import annotations
 
 import json
@@ -28,7 +29,8 @@ import pytest
 import torch
 
 from collectors.workloads.graph_only import CaptureInfo, GraphRequest, build_model, capture, record_step
-from collectors.workloads.moe_routing import ROUTED, alike_rows, expert_routing, not_alike, tokens_per_expert
+from collectors.workloads.moe_routing import (POSITION_MIXING, ROUTED, alike_rows, expert_routing, not_alike,
+                                              tokens_per_expert)
 from pmdb.cli.main import main
 
 TINY_SWITCH = {"model_type": "switch_transformers", "d_model": 32, "d_ff": 48, "d_kv": 8, "num_heads": 4,
@@ -66,14 +68,28 @@ TINY_TOP_K = {
     "ernie4_5_moe": {"model_type": "ernie4_5_moe", "moe_num_experts": 4, "moe_k": 2, "intermediate_size": 64,
                      "moe_intermediate_size": 48, "moe_num_shared_experts": 1, "moe_layer_start_index": 0,
                      **TOP_K_SIZES},
+    # hybrids (balanced only): every layer a MoE layer, the first one's mixer linear attention (Qwen3-Next's gated
+    # delta rule of 1 key and 2 value heads of 8; MiniMax's lightning attention in blocks of 8) or Mamba (state 4,
+    # no expansion), the second full attention; a shared expert beside Qwen3-Next's
+    "qwen3_next": {"model_type": "qwen3_next", "num_experts": 4, "intermediate_size": 64, "moe_intermediate_size": 48,
+                   "shared_expert_intermediate_size": 80, "head_dim": 8,
+                   "layer_types": ["linear_attention", "full_attention"], "linear_key_head_dim": 8,
+                   "linear_value_head_dim": 8, "linear_num_key_heads": 1, "linear_num_value_heads": 2, **TOP_K_SIZES},
+    "minimax": {"model_type": "minimax", "num_local_experts": 4, "intermediate_size": 64, "head_dim": 8,
+                "layer_types": ["linear_attention", "full_attention"], "block_size": 8, **TOP_K_SIZES},
+    "jamba": {"model_type": "jamba", "num_experts": 4, "intermediate_size": 64, "expert_layer_period": 1,
+              "expert_layer_offset": 0, "attn_layer_period": 2, "attn_layer_offset": 1, "mamba_d_state": 4,
+              "mamba_expand": 1, **TOP_K_SIZES},
 }
 INTERMEDIATE = {"mixtral": 64, "qwen2_moe": 48, "olmoe": 64, "qwen3_moe": 48, "deepseek_v2": 48, "deepseek_v3": 48,
-                "glm4_moe": 48, "phimoe": 64, "granitemoe": 64, "ernie4_5_moe": 48}
+                "glm4_moe": 48, "phimoe": 64, "granitemoe": 64, "ernie4_5_moe": 48, "qwen3_next": 48, "minimax": 64,
+                "jamba": 64}
 # the router class of each model, forced to balanced choices for the real CPU run
 ROUTERS = {"mixtral": "MixtralTopKRouter", "qwen2_moe": "Qwen2MoeTopKRouter", "olmoe": "OlmoeTopKRouter",
            "qwen3_moe": "Qwen3MoeTopKRouter", "deepseek_v2": "DeepseekV2TopkRouter",
            "deepseek_v3": "DeepseekV3TopkRouter", "glm4_moe": "Glm4MoeTopkRouter", "phimoe": "PhimoeTopKRouter",
-           "granitemoe": "GraniteMoeTopKRouter", "ernie4_5_moe": "Ernie4_5_MoeTopKRouter"}
+           "granitemoe": "GraniteMoeTopKRouter", "ernie4_5_moe": "Ernie4_5_MoeTopKRouter",
+           "qwen3_next": "Qwen3NextTopKRouter", "minimax": "MiniMaxTopKRouter", "jamba": "JambaTopKRouter"}
 EXPERT_WORK = ("aten::linear", "aten::mm", "aten::matmul", "aten::index", "aten::index_add_", "aten::chunk")
 
 
@@ -301,7 +317,10 @@ def _expert_linears(path: Path, hidden: int, d_ff: int) -> Counter:
     return out
 
 
-@pytest.mark.parametrize("model_type, mode", [*((t, "inference") for t in sorted(TINY_TOP_K)),
+ALIKE = sorted(set(TINY_TOP_K) - set(POSITION_MIXING))   # not the hybrids: their tokens differ (the last test)
+
+
+@pytest.mark.parametrize("model_type, mode", [*((t, "inference") for t in ALIKE),
                                               ("mixtral", "train"), ("switch_transformers", "inference")])
 def test_alike_tokens_route_as_the_real_model_does(tmp_path, model_type, mode):
     """The recipe's all-ones inputs, real weights on the CPU, the model's own router: its expert GEMMs are the meta
@@ -359,3 +378,32 @@ def test_the_cli_routes_as_the_inputs_do_when_asked(tmp_path, capsys):
     (tmp_path / "again").mkdir()
     code, err = _collect(tmp_path / "again", capsys, TINY_TOP_K["mixtral"], "--routing", "sideways")
     assert code == 2 and err.count("pmdb: error:") == 1 and "unknown --routing 'sideways'" in err
+
+
+@pytest.mark.parametrize("model_type", sorted(POSITION_MIXING))
+def test_a_hybrid_s_tokens_differ_at_its_routers_so_inputs_routing_falls_back_in_eval_mode(tmp_path, model_type):
+    """Qwen3-Next's linear attention, MiniMax's lightning attention and Jamba's Mamba layers mix positions, so the
+    recipe's all-ones inputs differ at the routers of a real CPU run in eval mode (no dropout, no jitter): --routing
+    inputs routes them balanced and the note says why."""
+    config = TINY_TOP_K[model_type]
+    pytest.importorskip(ROUTED[model_type].module)
+    request = GraphRequest(f"tiny-{model_type}", config, BATCH, SEQ, mode="inference", routing="inputs")
+    mixer, what = POSITION_MIXING[model_type]
+    why = f"its {what} layers mix positions, so the recipe's tokens differ at the routers"
+    torch.manual_seed(0)
+    model, _, inputs = build_model(request, "cpu")
+    assert not model.training and any(type(m).__name__ == mixer for m in model.modules())
+    assert not_alike(model) == why
+    router = getattr(importlib.import_module(ROUTED[model_type].module), ROUTERS[model_type])
+    seen: list[torch.Tensor] = []
+    for module in model.modules():
+        if isinstance(module, router):
+            module.register_forward_pre_hook(lambda _, args: seen.append(args[0].detach()))
+    with torch.no_grad():
+        model(**inputs)
+    assert len(seen) == 2
+    assert max(float((h - h[:1]).abs().max()) for h in seen) > 1e-3    # 0.03, 0.10, 0.003 here
+    meta = capture(request, tmp_path / "meta.json")
+    assert meta.routing.startswith("2 mixture-of-experts layers captured with balanced routing (4 experts, top-2 per "
+                                   "token): 16 rows per expert of 32 tokens")
+    assert f"--routing inputs does not decide it: {why}" in meta.routing
