@@ -41,3 +41,25 @@ def test_the_labelled_gpus_and_runs_are_found(shared_data, tmp_path):
     h = found["nvidia-h100-80gb-hbm3"]
     assert not h.own_tables and h.target == 10.0
     assert sorted(h.runs) == [("gpt3_xl", 2048, 1, "inf"), ("gpt3_xl", 2048, 1, "train")]
+
+
+def test_an_inference_run_is_judged_on_its_forward():
+    """An inference label's row (no backward: bw NULL in v_phase_errors) is rendered with '-' for the backward,
+    judged on its forward and step, and left out of the L4's mean against NeuSight's (a mean over training steps)."""
+    bench = load_benchmark("gpu_e2e_accuracy")
+    common = {"platform": bench.L4, "batch_size": 8, "target": 10.0, "unmodelled": None, "lender": "nvidia-h200",
+              "device_active_us": 90_000.0, "per_rank": None, "range_low_us": None, "iteration_us": None}
+    train = {**common, "trace_set_id": 1, "workload": "bert_large", "run": ("bert_large", 512, 8, "train"),
+             "measured_fw_us": 100e3, "measured_bw_us": 200e3, "measured_step_us": 300e3, "predicted_fw_us": 95e3,
+             "predicted_bw_us": 190e3, "predicted_step_us": 285e3, "fw_rel_error": -0.05, "bw_rel_error": -0.05,
+             "step_rel_error": -0.05, "inference": False}
+    inference = {**common, "trace_set_id": 2, "workload": "bert_large", "run": ("bert_large", 512, 8, "inf"),
+                 "measured_fw_us": 80e3, "measured_bw_us": None, "measured_step_us": 80e3, "predicted_fw_us": 100e3,
+                 "predicted_bw_us": None, "predicted_step_us": 100e3, "fw_rel_error": 0.25, "bw_rel_error": None,
+                 "step_rel_error": 0.25, "inference": True}
+    assert bench._met(train, 10.0) and not bench._met(inference, 10.0) and bench._met(inference, 30.0)
+    lines = bench._targets([train, inference])
+    assert "worst 25.0%; mean |step error| 15.0% over 2 runs" in lines[0]
+    assert lines[1].startswith(f"- {bench.L4}: mean |step error| of its training runs 5.0%")   # the training run only
+    text = bench.render([train, inference], {}, [], (0.1, 0.1, 0.1), 60.0, [])
+    assert "| bert_large b8 inf | 80.0 / - / 80.0 | 100.0 / - / 100.0 | +25.0% | - | +25.0% |" in text
