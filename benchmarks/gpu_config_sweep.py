@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpu_e2e_accuracy import H200_TRACE, import_tables, today_host_path  # noqa: E402
+from gpu_e2e_accuracy import H200_TRACE, host_ms, import_tables, today_host_path, unpriced  # noqa: E402
 from pmdb_commands import Commands, host_line, new_workspace, workspace_parser  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -113,22 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _shares(unmodelled: str | None) -> tuple[float, int]:
-    """(% of the predicted work priced by the roofline of the peaks, count of ops priced by nothing)."""
-    items = json.loads(unmodelled) if unmodelled else []
-    roof = sum(i.get("predicted_share") or 0.0 for i in items if i.get("fallback") == "roofline")
-    return 100 * roof, sum(int(i.get("count") or 0) for i in items if i.get("fallback") == "unpriced")
-
-
 def _cell(row: dict | None) -> str:
     """One GPU's prediction: step ms, 'host' where the host path is the longer, roofline share, unpriced ops."""
     if row is None:
         return "-"
-    ranks = json.loads(row["per_rank"]) if row.get("per_rank") else []
-    host = ranks[0].get("cpu_us") if ranks else None
-    bound = " host" if host is not None and host > (row["device_active_us"] or 0.0) else ""
-    roof, unpriced = _shares(row["unmodelled"])
-    return f"{row['predicted_us'] / 1e3:.1f}{bound} ({roof:.1f}%, {unpriced})"
+    host = host_ms(row.get("per_rank"))
+    bound = " host" if host is not None and host * 1e3 > (row["device_active_us"] or 0.0) else ""
+    roof, none = unpriced(row["unmodelled"])
+    return f"{row['predicted_us'] / 1e3:.1f}{bound} ({roof:.1f}%, {none})"
 
 
 def render(runs: list[dict], rows: list[dict], gpus: list[str], batch: int, log: list[str], load_before: tuple,

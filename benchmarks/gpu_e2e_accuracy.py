@@ -218,15 +218,16 @@ def _pct(rel: float | None) -> str:
     return "-" if rel is None else f"{100 * rel:+.1f}%"
 
 
-def _unpriced(unmodelled: str | None) -> tuple[float, float]:
-    """(share of the predicted work priced by the roofline, share priced by nothing), in %."""
+def unpriced(unmodelled: str | None) -> tuple[float, int]:
+    """(% of the predicted work priced by the roofline of the peaks, count of ops priced by nothing) of a
+    prediction's ``unmodelled`` list."""
     rows = json.loads(unmodelled) if unmodelled else []
     roof = sum(r.get("predicted_share") or 0.0 for r in rows if r.get("fallback") == "roofline")
     none = sum(r.get("count") or 0 for r in rows if r.get("fallback") == "unpriced")
     return 100 * roof, none
 
 
-def _host_ms(per_rank: str | None) -> float | None:
+def host_ms(per_rank: str | None) -> float | None:
     """The predicted host path of rank 0 (ms) from a prediction's per-rank summary."""
     ranks = json.loads(per_rank) if per_rank else []
     return None if not ranks or ranks[0].get("cpu_us") is None else ranks[0]["cpu_us"] / 1e3
@@ -251,7 +252,7 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
     for r in results:
         model = r["run"][0] if r.get("run") and r["run"][3] == "train" else None
         neusight, habitat = ANCHORS.get((r["platform"], model, int(r["batch_size"] or 0)), (None, None))
-        roof, unpriced = _unpriced(r["unmodelled"])
+        roof, none = unpriced(r["unmodelled"])
         step = 100 * r["step_rel_error"]
         target = r["target"]
         lines.append(
@@ -261,12 +262,12 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
             f"{_pct(r['fw_rel_error'])} | {_pct(r['bw_rel_error'])} | {step:+.1f}% | "
             f"{'-' if neusight is None else f'{neusight:.1f}%'} | {'-' if habitat is None else f'{habitat:.1f}%'} | "
             f"< {target:.0f}%: {'met' if target and _met(r, target) else 'NOT met'} | {r['lender'] or 'none'} | "
-            f"{roof:.1f}% | {unpriced:.0f} |")
+            f"{roof:.1f}% | {none:.0f} |")
     lines += ["", *_targets(results), "", "Host path against device (pmdb, rank 0): a step is host-bound where the "
               "host path is the longer.", "", "| GPU | run | host path ms | device busy ms | bound by | label step ms |",
               "|---|---|---|---|---|---|"]
     for r in results:
-        host = _host_ms(r["per_rank"])
+        host = host_ms(r["per_rank"])
         device = (r["device_active_us"] or 0.0) / 1e3
         bound = "-" if host is None else ("host" if host > device else "device")
         lines.append(f"| {r['platform']} | {_label(r, results)} | "

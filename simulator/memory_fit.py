@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 
+from collectors.workloads.graph_only import RECIPE_INFERENCE
 from pmdb.store import Store
 
 FP32_BYTES = 4
 # per parameter, in fp32 words: the weights; a training step's gradients; the optimizer's state (AdamW: two moments;
 # pmdb's SGD has no momentum)
 STATE_WORDS = {"adamw": 2, "sgd": 0, None: 0}
-INFERENCE_RECIPE_PREFIX = "inference:"
 
 
 def held_bytes(parameters: int, inference: bool, optimizer: str | None) -> int:
@@ -40,7 +40,7 @@ def memory_warning(store: Store, trace_set_id: int, target: str) -> str | None:
     parameters = summary.get("parameters")
     if not isinstance(parameters, int) or parameters <= 0:
         return None
-    inference = str(config.get("recipe", "")).startswith(INFERENCE_RECIPE_PREFIX)
+    inference = config.get("recipe") == RECIPE_INFERENCE
     need, memory = held_bytes(parameters, inference, config.get("optimizer")), int(row[2])
     if need <= memory:
         return None

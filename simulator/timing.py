@@ -103,6 +103,12 @@ def _collective_sizes(graph: TraceGraph) -> dict[int, float]:
     return sizes
 
 
+def launched(ops: list[Op]) -> bool:
+    """Whether a rank's ops launched any kernel (False: a graph that timed none, a shape-only capture or a CPU
+    trace)."""
+    return any(k.launch_name for op in ops for k in op.kernels)
+
+
 class ModelTiming:
     """Turns TraceGraphs into timed programs with a platform's models and overheads."""
 
@@ -439,13 +445,13 @@ class ModelTiming:
 
     def _gpu_program(self, graph: TraceGraph, rank: int, sizes: dict[int, float]) -> list[TimedOp]:
         ops = graph.ranks[rank].ops
-        launched = any(k.launch_name for op in ops for k in op.kernels)  # False: a CPU trace on a GPU target
+        kernels_timed = launched(ops)   # False: a CPU trace (or a shape-only capture) on a GPU target
         out = []
         for i, op in enumerate(ops):
             timed = TimedOp(t1=self._t1(op), is_collective=op.is_collective, waits_on=op.waits_on,
                             sync_streams=tuple(int(s) for s in op.sync_streams))
             t2, t3, t5 = (self._table(op.name, kind) for kind in ("T2", "T3", "T5"))
-            if not launched and (op.is_collective or id(op) in self._time):
+            if not kernels_timed and (op.is_collective or id(op) in self._time):
                 # a CPU trace predicted for a GPU: each modelled op launches one kernel of its predicted time
                 stream, dur = ((COMM, self._comm_time(graph, op, sizes.get(i, float("nan")))) if op.is_collective
                                else (COMPUTE, self._time[id(op)]))
@@ -453,7 +459,7 @@ class ModelTiming:
                 out.append(timed)
                 continue
             if not op.kernels:
-                if not launched and not op.is_collective and map_op(op) is None:
+                if not kernels_timed and not op.is_collective and map_op(op) is None:
                     self.usage.fell_back(op.name, "unpriced", float("nan"), 0.0)  # its device work costs nothing
                 timed.cpu_us = t5
                 out.append(timed)
@@ -504,7 +510,7 @@ class ModelTiming:
         for rank, rg in enumerate(graph.ranks):
             first = len(rows)
             # a graph that timed no kernel (a shape-only capture) on a GPU: ops pmdb cannot model get the roofline
-            self.untimed = not self.sync_host and not any(k.launch_name for op in rg.ops for k in op.kernels)
+            self.untimed = not self.sync_host and not launched(rg.ops)
             for op in rg.ops:
                 if not op.is_collective:
                     self._collect(op, rank, rows)

@@ -140,6 +140,15 @@ def alike_rows(tokens: int, batch_size: int, capacity: int | None) -> int:
     return batch * min(int(capacity), math.ceil(tokens / batch))
 
 
+def expert_rows(tokens: int, batch_size: int, num_experts: int, capacity: int | None, top_k: int,
+                alike: bool) -> tuple[int, int]:
+    """(experts that run, rows each gets): under balanced routing every expert its even share
+    (:func:`tokens_per_expert`); with ``alike`` tokens the first ``top_k`` experts every token (:func:`alike_rows`)."""
+    if alike:
+        return min(max(top_k, 1), max(num_experts, 1)), alike_rows(tokens, batch_size, capacity)
+    return num_experts, tokens_per_expert(tokens, batch_size, num_experts, capacity, top_k)
+
+
 def not_alike(model: Any) -> str | None:
     """Why the recipe's tokens are not all alike at the routers (None: they are): layers that mix positions
     (:data:`POSITION_MIXING`, in any mode), or a training step that draws dropout masks (a Dropout module or a config
@@ -168,10 +177,8 @@ def _modules_forward(batch_size: int, capacity: int | None, alike: bool = False)
 
     def forward(self: Any, hidden_states: Any, selected_experts: Any, routing_weights: Any) -> Any:
         final = torch.zeros_like(hidden_states)
-        tokens = hidden_states.shape[0]
-        rows = alike_rows(tokens, batch_size, capacity) if alike else \
-            tokens_per_expert(tokens, batch_size, self.num_experts, capacity)
-        for expert in range(1 if alike else self.num_experts):
+        run, rows = expert_rows(hidden_states.shape[0], batch_size, self.num_experts, capacity, 1, alike)
+        for expert in range(run):
             top_x = torch.arange(rows, device=hidden_states.device)   # stands in for torch.where's token indices
             choice = torch.zeros_like(top_x)
             state = hidden_states[None, top_x].reshape(-1, hidden_states.shape[-1])
@@ -192,9 +199,9 @@ def _fused_forward(batch_size: int, alike: bool = False) -> Callable[..., Any]:
 
     def forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
         final = torch.zeros_like(hidden_states)
-        tokens, top_k = hidden_states.shape[0], top_k_index.shape[-1]
-        rows = tokens if alike else tokens_per_expert(tokens, batch_size, self.num_experts, None, top_k)
-        for expert in range(min(top_k, self.num_experts) if alike else self.num_experts):
+        run, rows = expert_rows(hidden_states.shape[0], batch_size, self.num_experts, None, top_k_index.shape[-1],
+                                alike)
+        for expert in range(run):
             token_idx = torch.arange(rows, device=hidden_states.device)   # stands in for torch.where's indices
             top_k_pos = torch.zeros_like(token_idx)
             gate, up = functional.linear(hidden_states[token_idx], self.gate_up_proj[expert]).chunk(2, dim=-1)
@@ -206,13 +213,14 @@ def _fused_forward(batch_size: int, alike: bool = False) -> Callable[..., Any]:
     return forward
 
 
-def _note(layers: int, num_experts: int, top_k: int, capacity: int | None, rows: int, tokens: int,
+def _note(layers: int, num_experts: int, top_k: int, capacity: int | None, batch_size: int, tokens: int,
           alike: bool = False, fallback: str | None = None) -> str:
     """The capture's note: the policy (experts, top-k, capacity) and the rows per expert of ``tokens`` tokens."""
     cap = f", capacity {capacity} per sequence" if capacity else ""
+    run, rows = expert_rows(tokens, batch_size, num_experts, capacity, top_k, alike)
     if alike:
         return (f"{layers} mixture-of-experts layers captured as the recipe's alike tokens route ({num_experts} "
-                f"experts, top-{top_k} per token{cap}): {min(top_k, num_experts)} expert(s) of {rows} rows each, "
+                f"experts, top-{top_k} per token{cap}): {run} expert(s) of {rows} rows each, "
                 f"the others none, of {tokens} tokens (collectors/workloads/moe_routing.py)")
     why = f"; --routing inputs does not decide it: {fallback}" if fallback else ""
     return (f"{layers} mixture-of-experts layers captured with balanced routing ({num_experts} experts, top-{top_k} "
@@ -247,10 +255,8 @@ def expert_routing(model: Any, batch_size: int, seq_len: int, policy: str = "bal
     for module in experts:
         module.forward = types.MethodType(forward, module)
     try:
-        num, tokens = experts[0].num_experts, batch_size * seq_len
-        rows = (tokens if fused else alike_rows(tokens, batch_size, capacity)) if alike else \
-            tokens_per_expert(tokens, batch_size, num, capacity, top_k)
-        yield _note(len(experts), num, top_k, capacity, rows, tokens, alike, fallback)
+        yield _note(len(experts), experts[0].num_experts, top_k, capacity, batch_size, batch_size * seq_len, alike,
+                    fallback)
     finally:
         for module in experts:
             del module.forward
