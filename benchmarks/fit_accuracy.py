@@ -86,7 +86,7 @@ def report(frame: pd.DataFrame, platform: str, kinds: dict[str, str], header: st
     lines = [f"# Held-out model errors on {platform}", "", header, "",
              "Test split only (kernel ops: seeded 80/20 by configuration; collectives: every fifth size and all "
              "random-split points). GMAE = exp(mean(ln(|e| + 4e-4))), e = (predicted - measured) / measured. "
-             "`*` = champion (lowest test GMAE of its model name).", "", "## Champions against the targets", ""]
+             "`*` = champion (lowest GMAE of its model name on the validation part of the training side; the test split chooses nothing).", "", "## Champions against the targets", ""]
     for label, rows, target in (
             ("ML-modelled kernel ops", champions[champions["kind"] == "ml"], KERNEL_TARGET),
             ("roofline-modelled kernel ops", champions[champions["kind"] == "roofline"], KERNEL_TARGET),

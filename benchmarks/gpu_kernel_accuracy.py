@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 import os
 import platform as host
 import sys
@@ -125,10 +126,10 @@ def per_gpu(store, gpus: list[str], seed: int, budget_s: float, log,
                 continue
             ops[fam].append(group.op)
             truth = group.rows["median_us"].to_numpy(dtype=float)
-            best = None
+            best = on_test = None
             for family in MODEL_FAMILIES:
                 started = time.monotonic()
-                model, split = fit_kernel_group(group, family, peaks, seed, budget_s)
+                model, split, validation = fit_kernel_group(group, family, peaks, seed, budget_s)
                 predicted = np.asarray(model.predict(group.params.iloc[split.test].reset_index(drop=True)))
                 measured = truth[split.test]
                 preds[(fam, family)][0].append(predicted)
@@ -136,15 +137,19 @@ def per_gpu(store, gpus: list[str], seed: int, budget_s: float, log,
                 score = gmae([predicted], [measured])[0]
                 log(f"{gpu} {group.op} {family}: test GMAE {100 * score:.2f}% "
                     f"({split.train.size} train / {split.test.size} test, {time.monotonic() - started:.1f} s)")
-                if best is None or score < best[0]:
-                    best = (score, predicted, measured)
-            preds[(fam, "champion")][0].append(best[1])
-            preds[(fam, "champion")][1].append(best[2])
+                chosen_by = math.inf if validation is None else validation
+                if best is None or chosen_by < best[0]:
+                    best = (chosen_by, predicted, measured)
+                if on_test is None or score < on_test[0]:
+                    on_test = (score, predicted, measured)
+            for key, pick in (("champion", best), ("best_on_test", on_test)):
+                preds[(fam, key)][0].append(pick[1])
+                preds[(fam, key)][1].append(pick[2])
         for fam in FAMILIES:
             if not ops.get(fam):
                 continue
             row = {"gpu": gpu, "family": fam, "ops": ", ".join(sorted(ops[fam]))}
-            for family in (*MODEL_FAMILIES, "champion"):
+            for family in (*MODEL_FAMILIES, "champion", "best_on_test"):
                 row[family], row["n_test"] = gmae(*preds[(fam, family)])
             rows.append(row)
     return pd.DataFrame(rows)
@@ -328,10 +333,12 @@ def markdown(args, machine: dict, timing: dict, counts: pd.DataFrame, a: pd.Data
               "training side), mlp and gbdt (hyperparameters searched on a validation part of the training side) "
               "are fitted exactly as `pmdb fit` does (`fitters.fit.fit_kernel_group`) on the rows' device time (the "
               "table's host floor removed at import, see below) and scored on the test side, "
-              "which no fit or choice saw. `champion` takes per op the family with the lowest test GMAE, which is "
-              "pmdb's champion rule; it is a choice among three made on the test side (mildly optimistic), so the "
-              "single families are shown too. Target check on the champion; `gbdt` alone gives the same verdict "
-              "where marked.", ""]
+              "which no fit or choice saw. `champion` takes per op the family with the lowest GMAE on the validation "
+              "part of the training side, which is pmdb's champion rule (`fitters/selection.py`), so its test GMAE "
+              "is held out from the choice too; `best on test` takes the family with the lowest test GMAE instead "
+              "(pmdb's rule before 2026-12-01: a choice among three made on the test side, optimistic by the luck "
+              "of the pick; the gap between the two columns is that optimism). Target check on the champion; "
+              "`gbdt` alone gives the same verdict where marked.", ""]
     table = []
     if a.empty:
         lines += ["Not run (`--logo-only`).", ""]
@@ -340,6 +347,7 @@ def markdown(args, machine: dict, timing: dict, counts: pd.DataFrame, a: pd.Data
         met = row.champion < target
         table.append({"gpu": row.gpu, "family": row.family, "n_test": row.n_test, "roofline": pct(row.roofline),
                       "mlp": pct(row.mlp), "gbdt": pct(row.gbdt), "champion": pct(row.champion),
+                      "best on test": pct(row.best_on_test),
                       "target": f"< {100 * target:g}", "met": ("yes" if met else "**no**")
                       + (" (gbdt too)" if (row.gbdt < target) == met else ""), "ops": row.ops})
     lines += [md_table(pd.DataFrame(table)), ""] if table else []

@@ -16,7 +16,7 @@ from torch import nn
 
 from fitters import features as feats
 from fitters.model import Model, TrainingSet
-from fitters.split import split_rows
+from fitters.selection import inner_split, ln_gmae
 from fitters.torch_train import (DEFAULT_CONFIG, Standardiser, TrainConfig, candidates, fit_selected, mlp_stack,
                                   xavier_init)
 
@@ -25,7 +25,6 @@ GRID = {"pool": POOLS, "width": (32, 64, 128, 256), "depth": (2, 3, 4), "lr": (1
 FIRST = {"pool": "lse", "width": 64, "depth": 2, "lr": 3e-3}
 HYPER = ("pool", "width", "depth", "lr")
 SCALED = 4  # the first four table features (logs) are standardised; reuse factors are shares in [0, 1] already
-VALIDATION_FRACTION = 0.15
 STATE_FILE = "state.pt"
 
 
@@ -106,7 +105,7 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = float("inf"),
     y_scale = Standardiser.of(y_all)
     t, m = torch.as_tensor(tables), torch.as_tensor(mask)
     y = torch.as_tensor(y_scale.apply(y_all), dtype=torch.float32)
-    inner = split_rows(training.groups, seed + 1, VALIDATION_FRACTION)
+    inner = inner_split(training.groups, seed)
 
     def build(hyper: dict[str, Any]) -> nn.Module:
         net = DeepSets(hyper["width"], hyper["depth"], hyper["pool"])
@@ -114,6 +113,7 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = float("inf"),
         return net
 
     hyper, state, info = fit_selected(build, candidates(GRID, FIRST, seed), (t, m), y, inner.train, inner.test,
-                                      config, seed, budget_s)
+                                      config, seed, budget_s,
+                                      score=lambda pred, meas: ln_gmae(y_scale.invert(pred), y_scale.invert(meas)))
     info["max_tables"] = int(mask.shape[1])
     return EmbeddingModel(training.op, training.pass_, t_scale, y_scale, hyper, state, info)

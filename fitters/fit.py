@@ -1,6 +1,7 @@
 """Orchestration of `pmdb fit`: for every selected group (kernel op/pass/implementation/dtype/cache state, or
 collective/world size) and family, fit on the training split, score on the test split, log and register the
-version, then move ``champion`` to the family with the lowest test GMAE.
+version, then move ``champion`` to the family with the lowest GMAE on a validation part of the training side
+(:mod:`fitters.selection`: the test split is never seen by a choice).
 
 Families per group: kernel ops get roofline (when the platform's peaks are measured), mlp and gbdt; embedding
 lookups get the DeepSets model (``--family mlp`` selects it as ``embedding_mlp``) and the analytic sum of work terms
@@ -44,7 +45,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from fitters import collective as coll, data, gemm_shapes, plots, roofline, work
+from fitters import collective as coll, data, gemm_shapes, plots, roofline, selection, work
 from fitters.evaluate import data_hash, error_histogram, replicate_gmae, test_metrics
 from fitters.figure_worker import FigureWorker
 from fitters.fit_pool import FitPool
@@ -169,14 +170,17 @@ def _kernel_split(group: data.KernelGroup, seed: int) -> Split:
 
 def fit_kernel_group(group: data.KernelGroup, family: str, peaks: dict[str, float], seed: int = 0,
                      budget_s: float = float("inf"), config: TrainConfig = work.TRAIN,
-                     gbdt_trials: int = work.GBDT_TRIALS) -> tuple[Model, Split]:
+                     gbdt_trials: int = work.GBDT_TRIALS) -> tuple[Model, Split, float | None]:
     """One kernel group's model of ``family`` fitted on the training side of the seeded split by configuration, as
-    `pmdb fit` does (the test side is never seen); returns (model, split) for scoring the test side. The work is
-    ``config`` (default: `pmdb fit`'s) and ``gbdt_trials``; ``budget_s`` (s) only a safety cap."""
+    `pmdb fit` does (the test side is never seen); returns (model, split, validation GMAE: what `pmdb fit` chooses
+    the champion by, :mod:`fitters.selection`) for scoring the test side. The work is ``config`` (default: `pmdb
+    fit`'s) and ``gbdt_trials``; ``budget_s`` (s) only a safety cap."""
     split = _kernel_split(group, seed)
-    model = _fit_family(family, _training_set(group, split.train, peaks), seed, budget_s, config,
-                        gbdt_trials)
-    return model, split
+    training = _training_set(group, split.train, peaks)
+    model = _fit_family(family, training, seed, budget_s, config, gbdt_trials)
+    validation = selection.validation_gmae(
+        model, training, seed, lambda part: _fit_family(family, part, seed, budget_s, config, gbdt_trials))
+    return model, split, validation
 
 
 def _poolable(task: Task) -> bool:
@@ -344,6 +348,7 @@ class Fitter:
             sizes = group.rows["max_rank_bytes"].to_numpy(dtype=float)
             times = group.rows["lat_us"].to_numpy(dtype=float)
             model: Model = coll.fit(group.collective, group.world_size, sizes[split.train], times[split.train])
+            validation = None     # one family per collective: nothing to choose
             frame = group.rows[["max_rank_bytes"]]
             ids, inputs = group.rows["collective_id"], group.rows[["max_rank_bytes", "split_kind"]]
             record = VersionRecord(collective_model_name(self.platform, group.collective, group.world_size),
@@ -355,6 +360,10 @@ class Fitter:
                                     self.options.train_config, self.options.gbdt_trials)
             else:
                 model = trained[0]
+            validation = selection.validation_gmae(
+                model, _training_set(group, split.train, peaks), seed,
+                lambda part: _fit_family(task.family, part, seed, budget_s, self.options.train_config,
+                                         self.options.gbdt_trials))
             frame, times = group.params, group.rows["median_us"].to_numpy(dtype=float)
             ids, inputs = group.rows["measurement_id"], group.params
             record = VersionRecord(
@@ -371,6 +380,7 @@ class Fitter:
         record.data_runs = sorted(group.rows["run_id"].iloc[split.train].unique().tolist())
         record.data_hash = data_hash(ids.iloc[split.train], inputs.iloc[split.train], times[split.train])
         record.metrics = test_metrics(pred_test, times[split.test])
+        record.validation_gmae = validation
         if not isinstance(group, data.CollectiveGroup):  # the noise floor beside the test error (µs rows only)
             record.metrics["replicate_gmae"] = replicate_gmae(self.store, ids.iloc[split.test])
         record.histogram = error_histogram(pred_test, times[split.test])
@@ -395,6 +405,7 @@ class Fitter:
                              "pass": record.pass_, "cache_state": record.cache_state,
                              "world_size": record.world_size, "test_gmae": record.metrics["gmae"],
                              "test_mape": record.metrics["mape"], "test_std": record.metrics["std"],
+                             "validation_gmae": float("nan") if validation is None else validation,
                              "replicate_gmae": record.metrics.get("replicate_gmae", float("nan")),
                              "n_train": record.n_train, "n_test": record.n_test, "dropped": record.n_dropped,
                              "seconds": round(time.monotonic() - started, 2), "champion": False,

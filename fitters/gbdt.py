@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 from fitters import features as feats, gemm_shapes, work
 from fitters.gbdt_leaves import median_leaves
 from fitters.model import Model, TrainConfig, TrainingSet
-from fitters.split import split_rows
+from fitters.selection import inner_split, ln_gmae
 from fitters.torch_train import candidates
 from pmdb.errors import PmdbError
 
@@ -34,7 +34,6 @@ GRID = {"loss": ("absolute_error", "squared_error"), "learning_rate": (0.05, 0.1
 FIRST = {"loss": "absolute_error", "learning_rate": 0.1, "max_leaf_nodes": 31, "l2_regularization": 0.0}
 MAX_TRIALS = work.GBDT_TRIALS   # candidates per search (TrainConfig.trials_for: 2 below 50 rows); `pmdb fit --trials`
 MAX_ITER = 2000
-VALIDATION_FRACTION = 0.15
 OPENMP_THREADS = 1  # small tabular sets: threads only add contention (and spin badly on a busy machine)
 WEIGHTS_FILE = "model.skops"
 TRUSTED_TYPES = {"sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
@@ -98,7 +97,7 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = float("inf"),
     spec = feats.build_spec(training.op, training.pass_, training.dtype, training.params)
     x = feats.transform(spec, training.params)
     y = feats.log_target(training.times_us)
-    inner = split_rows(training.groups, seed + 1, VALIDATION_FRACTION)
+    inner = inner_split(training.groups, seed)
     min_leaf = int(np.clip(len(y) // 50, 2, 20))
     with threadpool_limits(OPENMP_THREADS), median_leaves():   # absolute-error leaves: all at once
         model = _search(spec, x, y, inner, min_leaf, seed, deadline, max_trials)
@@ -117,11 +116,17 @@ def _search(spec: feats.FeatureSpec, x: np.ndarray, y: np.ndarray, inner: Any, m
             break
         model = _estimator(hyper, seed, MAX_ITER, min_leaf, early=True)
         model.fit(x[inner.train], y[inner.train], X_val=x[inner.test], y_val=y[inner.test])
-        residual = np.abs(model.predict(x[inner.test]) - y[inner.test])
+        predicted = model.predict(x[inner.test])
+        residual = np.abs(predicted - y[inner.test])
         val_score = float(np.exp(np.mean(np.log(residual + 1e-4))))  # the GMAE analogue in ln-time
-        trials.append({**hyper, "val_score": round(val_score, 6), "iterations": int(model.n_iter_)})
+        trials.append({**hyper, "val_score": round(val_score, 6), "iterations": int(model.n_iter_),
+                       "validation_gmae": ln_gmae(predicted, y[inner.test])})
     best = min(trials, key=lambda t: t["val_score"])
     hyper = {k: best[k] for k in FIRST}
     final = _estimator(hyper, seed, max(best["iterations"], 1), min_leaf, early=False).fit(x, y)
+    chosen = best.pop("validation_gmae")   # the champion's choice (fitters.selection); trials keep their val_score
+    for trial in trials:
+        trial.pop("validation_gmae", None)
     return GBDTModel(spec, final, {"trials": trials, "validation_rows": int(inner.test.size), "budget_hit": capped,
+                                   "validation_gmae": round(chosen, 6),
                                    "work": {"max_trials": planned, "max_iter": MAX_ITER}})

@@ -19,13 +19,12 @@ import torch
 
 from fitters import features as feats, gemm_shapes
 from fitters.model import Model, TrainingSet
-from fitters.split import split_rows
+from fitters.selection import inner_split, ln_gmae
 from fitters.torch_train import (DEFAULT_CONFIG, Standardiser, TrainConfig, candidates, fit_selected, mlp_stack,
                                   xavier_init)
 
 GRID = {"width": (64, 128, 256, 512), "depth": (2, 3, 4, 5), "lr": (1e-3, 3e-3, 1e-2)}
 FIRST = {"width": 128, "depth": 3, "lr": 3e-3}
-VALIDATION_FRACTION = 0.15
 STATE_FILE = "state.pt"
 
 
@@ -82,7 +81,7 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = float("inf"),
     x_scale, y_scale = Standardiser.of(x_all), Standardiser.of(y_all)
     x = torch.as_tensor(x_scale.apply(x_all), dtype=torch.float32)
     y = torch.as_tensor(y_scale.apply(y_all), dtype=torch.float32)
-    inner = split_rows(training.groups, seed + 1, VALIDATION_FRACTION)
+    inner = inner_split(training.groups, seed)
     n_in = x.shape[1]
 
     def build(hyper: dict[str, Any]) -> torch.nn.Module:
@@ -91,7 +90,8 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = float("inf"),
         return _Squeeze(net)
 
     hyper, state, info = fit_selected(build, candidates(GRID, FIRST, seed), (x,), y, inner.train, inner.test,
-                                      config, seed, budget_s)
+                                      config, seed, budget_s,
+                                      score=lambda pred, meas: ln_gmae(y_scale.invert(pred), y_scale.invert(meas)))
     return MLPModel(spec, x_scale, y_scale, hyper, _unwrap(state), info,
                     gemm_shapes.forward_bounds(training.op, training.pass_, training.params))
 

@@ -11,8 +11,9 @@ server, ``--tracking-uri``) and its DuckDB mirror (checked against each other by
   ``platform`` tag). Names registered before (``pmdb.<platform>.<what>``, :func:`legacy_name`) keep getting their new
   versions (:func:`registered_name`), and a user's name in either form finds them (:func:`known_name`). Every fit
   makes a new version, described in one line (family, test GMAE, train n, platform, date).
-* Aliases: ``champion`` (MLflow alias, mirrored) and ``latest`` (MLflow reserves that alias name: it resolves
-  ``models:/NAME/latest`` to the newest version itself; the mirror records it explicitly).
+* Aliases: ``champion`` (MLflow alias, mirrored; the family with the lowest validation GMAE,
+  ``validation_gmae_pct`` in MLflow, :func:`choose_champion`) and ``latest`` (MLflow reserves that alias name: it
+  resolves ``models:/NAME/latest`` to the newest version itself; the mirror records it explicitly).
 * ``model_versions`` / ``model_aliases`` in DuckDB mirror every version and alias, so SQL can join predictions to
   the models that made them.
 """
@@ -134,6 +135,7 @@ class VersionRecord:
     n_train: int = 0
     n_test: int = 0
     metrics: dict[str, float] = field(default_factory=dict)       # test split: gmae, mape, std, ...
+    validation_gmae: float | None = None   # on the training side's validation rows: what chooses the champion
     histogram: dict[str, Any] = field(default_factory=dict)       # test relative-error histogram
     fit_seconds: float = 0.0
 
@@ -386,6 +388,8 @@ class Registry:
                 info = log_pyfunc(model_dir)
                 metrics = percent_metrics(record.metrics) | {"n_train": record.n_train, "n_test": record.n_test,
                                                              "fit_seconds": record.fit_seconds}
+                if record.validation_gmae is not None:
+                    metrics["validation_gmae_pct"] = 100.0 * record.validation_gmae
                 now = get_current_time_millis()
                 self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0, model_id=info.model_id,
                                                               run_id=run_id) for k, v in metrics.items()])
@@ -601,6 +605,7 @@ def _mirror_version(store: Store, record: VersionRecord, model: Model, version: 
         "family": record.family, "params": model.describe(), "features": model.features(),
         "test_gmae": record.metrics.get("gmae"), "test_mape": record.metrics.get("mape"),
         "test_std": record.metrics.get("std"), "test_error_hist": record.histogram, "n_train": record.n_train,
+        "validation_gmae": record.validation_gmae,
         "n_test": record.n_test, "n_dropped": record.n_dropped, "data_hash": record.data_hash,
         "data_runs": record.data_runs, "model_uri": model_uri})
 
@@ -611,16 +616,22 @@ def set_mirror_alias(store: Store, name: str, alias: str, version: int) -> None:
 
 
 def choose_champion(store: Store, name: str, run_id: str | None = None) -> int | None:
-    """Lowest test GMAE among the newest version of each family fitted on the newest version's data (same hash).
-    Only versions of completed runs count, and those of ``run_id`` (the fit in progress that asks): a version of a fit
-    that was interrupted or failed never becomes champion."""
+    """Lowest validation GMAE (:mod:`fitters.selection`) among the newest version of each family fitted on the
+    newest version's data (same hash); the test split never chooses. Where one of them has none (a version
+    registered before validation scores were kept, migration 0021), all are ranked by test GMAE, as they were then.
+    Only versions of completed runs count, and those of ``run_id`` (the fit in progress that asks): a version of a
+    fit that was interrupted or failed never becomes champion."""
     return store.scalar(
         "WITH eligible AS (SELECT * FROM model_versions WHERE name = ? AND (run_id IS NULL OR run_id = ? OR run_id IN "
         "  (SELECT run_id FROM collection_runs WHERE status = 'completed'))), "
         "newest AS (SELECT data_hash FROM eligible ORDER BY version DESC LIMIT 1), "
-        "per_family AS (SELECT * FROM eligible QUALIFY row_number() OVER (PARTITION BY family ORDER BY version DESC) = 1) "
-        "SELECT version FROM per_family WHERE data_hash = (SELECT data_hash FROM newest) AND test_gmae IS NOT NULL "
-        "ORDER BY test_gmae, version DESC LIMIT 1", [name, run_id])
+        "per_family AS (SELECT * FROM eligible "
+        "  QUALIFY row_number() OVER (PARTITION BY family ORDER BY version DESC) = 1), "
+        "scored AS (SELECT * FROM per_family "
+        "  WHERE data_hash = (SELECT data_hash FROM newest) AND test_gmae IS NOT NULL), "
+        "by_validation AS (SELECT count(*) = count(validation_gmae) AS ok FROM scored) "
+        "SELECT version FROM scored ORDER BY CASE WHEN (SELECT ok FROM by_validation) THEN validation_gmae "
+        "ELSE test_gmae END, version DESC LIMIT 1", [name, run_id])
 
 
 def promote(store: Store, registry: Registry, name: str, version: int) -> None:

@@ -189,17 +189,25 @@ class Standardiser:
 
 def fit_selected(build: Callable[[dict[str, Any]], nn.Module], points: list[dict[str, Any]],
                  inputs: tuple[torch.Tensor, ...], y: torch.Tensor, fit_rows: np.ndarray, val_rows: np.ndarray,
-                 config: TrainConfig, seed: int, budget_s: float = float("inf")) -> tuple[dict[str, Any],
+                 config: TrainConfig, seed: int, budget_s: float = float("inf"),
+                 score: Callable[[np.ndarray, np.ndarray], float] | None = None) -> tuple[dict[str, Any],
                                                                                           dict[str, torch.Tensor],
                                                                                           dict[str, Any]]:
     """Search on (fit rows, validation rows), then retrain the best candidate on all rows for its best epoch count.
     ``budget_s`` (s) is a safety cap on the whole: once it is spent, no further candidate starts, a running one
     stops (after ``min_epochs``), the refit is skipped (the best search weights are kept) and the record says
-    ``budget_hit``. Returns (chosen hyperparameters, weights, search record)."""
+    ``budget_hit``. ``score(predicted, measured)`` (the network's units) of the best candidate's weights on the
+    validation rows, before the refit, is recorded as ``validation_gmae`` (:mod:`fitters.selection`). Returns
+    (chosen hyperparameters, weights, search record)."""
     deadline = time.monotonic() + budget_s
+    chosen: dict[str, float] = {}
     with torch_threads(1), deterministic():
         best, trials, capped = search(build, points, tuple(x[fit_rows] for x in inputs), y[fit_rows],
                                       tuple(x[val_rows] for x in inputs), y[val_rows], config, seed, deadline)
+        if score is not None and len(val_rows):
+            chosen["validation_gmae"] = round(score(_predict_with(build(best.hyper), best.state,
+                                                                  tuple(x[val_rows] for x in inputs)),
+                                                    y[val_rows].numpy()), 6)
         state, refit = best.state, False
         if not capped and time.monotonic() <= deadline:
             torch.manual_seed(seed)
@@ -214,7 +222,15 @@ def fit_selected(build: Callable[[dict[str, Any]], nn.Module], points: list[dict
             capped = True
     record = {"loss": config.loss, "trials": [{**t.hyper, "val_score": round(t.val_loss, 6), "best_epoch": t.best_epoch,
                                                "epochs": t.epochs, "seconds": round(t.seconds, 2)} for t in trials],
-              "refit": refit, "validation_rows": int(len(val_rows)), "budget_hit": capped,
+              "refit": refit, "validation_rows": int(len(val_rows)), "budget_hit": capped, **chosen,
               "work": {"max_trials": config.trials_for(int(len(fit_rows) + len(val_rows))),
                        "max_epochs": work.epochs_for(config, int(len(fit_rows))), "patience": config.patience}}
     return best.hyper, state, record
+
+
+def _predict_with(module: nn.Module, state: dict[str, torch.Tensor], inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
+    """``module`` with weights ``state`` applied to ``inputs`` (evaluation mode, no gradients)."""
+    module.load_state_dict(state)
+    module.eval()
+    with torch.no_grad():
+        return module(*inputs).detach().numpy().astype(float)

@@ -83,7 +83,7 @@ def fit(ctx: typer.Context,
     render(shown[["name", "version", "family", "gmae_%", "noise_%", "mape_%", "std_%", "n_train", "n_test",
                   "dropped", "seconds", "champion"]])
     typer.echo(f"{len(results)} model versions registered on {name}; "
-               f"{int(results['champion'].sum())} champions (lowest test GMAE per model name)")
+               f"{int(results['champion'].sum())} champions (lowest validation GMAE per name)")
 
 
 def _one_line(results, name: str) -> str:
