@@ -170,15 +170,15 @@ def _kernel_split(group: data.KernelGroup, seed: int) -> Split:
 
 def fit_kernel_group(group: data.KernelGroup, family: str, peaks: dict[str, float], seed: int = 0,
                      budget_s: float = float("inf"), config: TrainConfig = work.TRAIN,
-                     gbdt_trials: int = work.GBDT_TRIALS) -> tuple[Model, Split, float | None]:
+                     gbdt_trials: int = work.GBDT_TRIALS) -> tuple[Model, Split, tuple[float | None, int]]:
     """One kernel group's model of ``family`` fitted on the training side of the seeded split by configuration, as
-    `pmdb fit` does (the test side is never seen); returns (model, split, validation GMAE: what `pmdb fit` chooses
-    the champion by, :mod:`fitters.selection`) for scoring the test side. The work is ``config`` (default: `pmdb
-    fit`'s) and ``gbdt_trials``; ``budget_s`` (s) only a safety cap."""
+    `pmdb fit` does (the test side is never seen); returns (model, split, (validation GMAE, validation rows): what
+    `pmdb fit` chooses the champion by, :mod:`fitters.selection`) for scoring the test side. The work is
+    ``config`` (default: `pmdb fit`'s) and ``gbdt_trials``; ``budget_s`` (s) only a safety cap."""
     split = _kernel_split(group, seed)
     training = _training_set(group, split.train, peaks)
     model = _fit_family(family, training, seed, budget_s, config, gbdt_trials)
-    validation = selection.validation_gmae(
+    validation = selection.validation_score(
         model, training, seed, lambda part: _fit_family(family, part, seed, budget_s, config, gbdt_trials))
     return model, split, validation
 
@@ -348,7 +348,7 @@ class Fitter:
             sizes = group.rows["max_rank_bytes"].to_numpy(dtype=float)
             times = group.rows["lat_us"].to_numpy(dtype=float)
             model: Model = coll.fit(group.collective, group.world_size, sizes[split.train], times[split.train])
-            validation = None     # one family per collective: nothing to choose
+            validation, validation_rows = None, None    # one family per collective: nothing to choose
             frame = group.rows[["max_rank_bytes"]]
             ids, inputs = group.rows["collective_id"], group.rows[["max_rank_bytes", "split_kind"]]
             record = VersionRecord(collective_model_name(self.platform, group.collective, group.world_size),
@@ -360,7 +360,7 @@ class Fitter:
                                     self.options.train_config, self.options.gbdt_trials)
             else:
                 model = trained[0]
-            validation = selection.validation_gmae(
+            validation, validation_rows = selection.validation_score(
                 model, _training_set(group, split.train, peaks), seed,
                 lambda part: _fit_family(task.family, part, seed, budget_s, self.options.train_config,
                                          self.options.gbdt_trials))
@@ -380,7 +380,7 @@ class Fitter:
         record.data_runs = sorted(group.rows["run_id"].iloc[split.train].unique().tolist())
         record.data_hash = data_hash(ids.iloc[split.train], inputs.iloc[split.train], times[split.train])
         record.metrics = test_metrics(pred_test, times[split.test])
-        record.validation_gmae = validation
+        record.validation_gmae, record.validation_rows = validation, validation_rows
         if not isinstance(group, data.CollectiveGroup):  # the noise floor beside the test error (µs rows only)
             record.metrics["replicate_gmae"] = replicate_gmae(self.store, ids.iloc[split.test])
         record.histogram = error_histogram(pred_test, times[split.test])

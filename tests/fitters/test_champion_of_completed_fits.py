@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fitters.registry import choose_champion
+from fitters.selection import MIN_VALIDATION_ROWS
 from pmdb import platform as platforms
 
 NAME = "pmdb.box.relu.fwd.cold"
@@ -35,11 +36,13 @@ def test_versions_of_unfinished_fits_never_become_champion(store):
     assert choose_champion(store, NAME, stopped.run_id) == 2      # what that fit would have chosen while running
 
 
-def _scored(store, run_id: str, version: int, test: float, validation: float | None) -> None:
+
+def _scored(store, run_id: str, version: int, test: float, validation: float | None, rows: int | None = 100) -> None:
     store.insert_one("model_versions", {"name": NAME, "version": version, "mlflow_run_id": f"m{version}",
                                         "run_id": run_id, "platform": "box", "op": "relu", "pass": "fwd",
                                         "family": ("roofline", "mlp", "gbdt")[version - 1], "test_gmae": test,
-                                        "validation_gmae": validation, "data_hash": "same-rows"})
+                                        "validation_gmae": validation, "data_hash": "same-rows",
+                                        "validation_rows": None if validation is None else rows})
 
 
 def test_the_validation_split_chooses_the_champion_not_the_test_split(store):
@@ -51,6 +54,18 @@ def test_the_validation_split_chooses_the_champion_not_the_test_split(store):
         _scored(store, done.run_id, 2, test=0.08, validation=0.04)
         _scored(store, done.run_id, 3, test=0.03, validation=0.06)
     assert choose_champion(store, NAME) == 2
+
+
+def test_too_few_validation_rows_make_the_analytic_family_champion(store):
+    """Below MIN_VALIDATION_ROWS no score chooses (a learned family's is tuned on those rows): the roofline is
+    champion whatever the validation and test figures say."""
+    platforms.ensure_named(store, "box", device_kind="cpu")
+    few = MIN_VALIDATION_ROWS - 1
+    with store.run("fit", "box", {}) as done:
+        _scored(store, done.run_id, 1, test=0.09, validation=0.09, rows=few)
+        _scored(store, done.run_id, 2, test=0.02, validation=0.01, rows=few)
+        _scored(store, done.run_id, 3, test=0.03, validation=0.02, rows=few)
+    assert choose_champion(store, NAME) == 1
 
 
 def test_candidates_without_a_validation_score_are_ranked_by_test_as_before(store):
