@@ -285,6 +285,11 @@ def render(results: list[dict], capture_s: dict, log: list[str], load_before: tu
 
 
 HISTORY = [
+    "2026-12-01 05:23 UTC, AMD EPYC (L2 2 MiB, L3 32 MiB), load 1.21, 4.6 min, before the champion rule that "
+    "never looks at the test split (fitters/selection.py; champions then had the lowest test GMAE): the same "
+    "figures but the V100's bert_large b2 step 241.7 ms, b8 bw 578.8 ms (+4.3 %) and gpt2_large 409.8 / 628.8 ms; "
+    "of the V100's 16 forward ops only layer_norm's champion moved (mlp, 1.26 % test GMAE, to gbdt, 1.34 %: the "
+    "lowest on its 169 validation rows).",
     "2026-12-01 04:48 UTC, AMD EPYC (L2 2 MiB, L3 32 MiB), load 0.59, 4.6 min beside a helper session's tests, at "
     "RULES_VERSION 15 with inference labels and --routing inputs: every figure as in the table above, digit for "
     "digit (the run above is at RULES_VERSION 16, whose roofline for ops no model maps finds none in these runs).",
