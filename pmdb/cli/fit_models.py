@@ -83,7 +83,7 @@ def fit(ctx: typer.Context,
     render(shown[["name", "version", "family", "gmae_%", "noise_%", "mape_%", "std_%", "n_train", "n_test",
                   "dropped", "seconds", "champion"]])
     typer.echo(f"{len(results)} model versions registered on {name}; "
-               f"{int(results['champion'].sum())} champions (lowest validation GMAE per name)")
+               f"{int(results['champion'].sum())} champions (chosen without the test split)")
 
 
 def _one_line(results, name: str) -> str:
