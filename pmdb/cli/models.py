@@ -25,7 +25,7 @@ models_app = typer.Typer(help="Registered models (kernel, embedding, collective,
 UI_STOP_SECONDS = 10.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 MODELS_TABLE_ROWS = 50  # rows `pmdb models` prints as a table unless --limit says otherwise
-_TABLE_LABELS = {"version": "ver", "gmae_pct": "gmae%"}
+_TABLE_LABELS = {"version": "ver", "gmae_pct": "gmae%", "val_pct": "val%"}
 
 
 @models_app.callback(invoke_without_command=True)
@@ -40,7 +40,8 @@ def models(ctx: typer.Context,
            fmt: str = typer.Option("table", "--format", help="table, csv or json (csv and json: every column).")
            ) -> None:
     """Registered models: per name its champion version (the latest when it has none) with its held-out test
-    error (GMAE %), test rows and aliases; --all lists every version, newest first per name."""
+    error (GMAE %), test rows and aliases; --all lists every version, newest first per name, with its GMAE on the
+    validation rows that chose the champion (val%; with under 30 of them the analytic family is champion)."""
     if ctx.invoked_subcommand is not None:
         return
     cap = row_limit(limit)
@@ -52,6 +53,7 @@ def models(ctx: typer.Context,
     sql = ("SELECT m.name, m.version, m.family, m.platform, m.op, m.pass, m.cache_state, m.world_size, "
            "round(100 * m.test_gmae, 2) AS gmae_pct, round(100 * m.test_mape, 2) AS mape_pct, "
            "round(100 * m.test_std, 2) AS std_pct, m.n_train, m.n_test, "
+           "round(100 * m.validation_gmae, 2) AS val_pct, m.validation_rows, "
            "(SELECT string_agg(a.alias, ',' ORDER BY a.alias) FROM model_aliases a "
            " WHERE a.name = m.name AND a.version = m.version) AS aliases, m.created_at "
            "FROM model_versions m" + (" WHERE " + " AND ".join(where) if where else "")
@@ -75,7 +77,9 @@ def models(ctx: typer.Context,
     # the table: short columns (family only beside other versions of a name), names without their platform
     # ('~<platform>', or the legacy 'pmdb.<platform>.') when one platform is shown (it is printed above the table)
     family = ["family"] if all_ or alias else []
-    table = frame[["name", "platform", "version", *family, "gmae_pct", "n_test", "aliases"]]
+    # beside the other versions of a name, what chose its champion: GMAE on the training side's validation rows
+    validation = ["val_pct"] if all_ or alias else []
+    table = frame[["name", "platform", "version", *family, "gmae_pct", *validation, "n_test", "aliases"]]
     shown = frame["platform"].dropna().unique()
     if len(shown) == 1:
         prefix, suffix = f"pmdb.{shown[0]}.", f"~{shown[0]}"

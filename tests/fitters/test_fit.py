@@ -90,6 +90,24 @@ def test_every_group_and_family_is_registered_with_a_champion(fitted):
     assert sum(hist["counts"]) == fc["n_test"].iloc[0]
 
 
+
+def test_models_all_shows_the_validation_gmae_that_chose_the_champion(fitted, capsys):
+    """`pmdb models --all`: each version's validation GMAE (val%) beside its test GMAE; a collective has none."""
+    from pmdb.cli.main import main
+
+    ws, _, _ = fitted
+    assert main(["--home", str(ws.home), "models", "--all", "--platform", PLATFORM]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("name"))
+    assert header.split()[:6] == ["name", "ver", "family", "gmae%", "val%", "n_test"]
+    with Store.open(ws, read_only=True) as store:
+        roofline = store.query("SELECT validation_gmae FROM model_versions WHERE name = ? AND family = 'roofline'",
+                               [FC])["validation_gmae"].iloc[0]
+    row = next(line.split() for line in lines if line.startswith("fully_connected") and " roofline " in line)
+    assert float(row[4]) == pytest.approx(100 * roofline, abs=0.006)
+    assert next(line.split() for line in lines if line.startswith("all_reduce"))[4] == "-"
+    assert all(len(line) <= 80 for line in lines)
+
 def test_reload_by_alias_and_version_predicts_the_same(fitted):
     ws, results, _ = fitted
     with Store.open(ws, read_only=True) as store:
