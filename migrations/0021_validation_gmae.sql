@@ -1,7 +1,7 @@
 -- 0021: each registered version's GMAE on a validation part of its training side, and how many rows that part
 -- held (fitters/selection.py). They choose a model name's champion, so the test split stays unseen by every choice
--- and the champion's test GMAE is a held-out figure: the lowest validation GMAE, or with fewer than 30 validation
--- rows the analytic family. NULL for versions registered before 0021 (their champions were chosen by test GMAE, and a
+-- and the champion's test GMAE is a held-out figure: the lowest validation GMAE, or with too few validation rows
+-- the analytic family. NULL for versions registered before 0021 (their champions were chosen by test GMAE, and a
 -- name with such a version among its candidates still is) and where nothing is chosen among (collectives, backward
 -- GEMMs).
 
