@@ -74,7 +74,8 @@ def scores(store: Store, platform: str, subsample: int | None, seed: int, log) -
             own = model.search_record().get("validation_gmae")
             out.append({"name": f"{group.op}.{group.pass_}.{group.implementation}.{group.cache_state}",
                         "family": family, "test": test, "search": nested if own is None else float(own),
-                        "nested": nested, "validation_rows": int(inner.test.size)})
+                        "nested": nested,
+                        "validation_configs": int(np.unique(training.groups[inner.test].astype(str)).size)})
         log(f"{group.op} {group.pass_} {group.cache_state}: {time.monotonic() - started:.1f} s")
     return pd.DataFrame(out)
 
@@ -89,7 +90,8 @@ def summary(frame: pd.DataFrame) -> dict[str, float]:
         analytic = [f for f in ANALYTIC_FAMILIES if f in rows.index]
         picks["search"].append(rows.loc[rows["search"].idxmin(), "test"])
         picks["nested"].append(rows.loc[rows["nested"].idxmin(), "test"])
-        picks["analytic"].append(rows.loc[analytic[0], "test"] if analytic else rows.loc[rows["nested"].idxmin(), "test"])
+        fallback = analytic[0] if analytic else rows["nested"].idxmin()
+        picks["analytic"].append(rows.loc[fallback, "test"])
         picks["best on test"].append(rows["test"].min())
     return {k: round(100 * float(np.exp(np.mean(np.log(np.clip(v, 1e-6, None))))), 2) for k, v in picks.items()}
 
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = frame.groupby("name").filter(lambda x: len(x) >= 2)["name"].nunique()
     row = {"platform": args.platform, "configurations per group": args.subsample or "all", "names": names,
-           "median validation rows": int(frame.groupby("name")["validation_rows"].first().median()),
+           "median validation configurations": int(frame.groupby("name")["validation_configs"].first().median()),
            **{f"{k} %": v for k, v in summary(frame).items()}}
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["", f"### Small groups: {args.platform}, {row['configurations per group']} configurations per group",

@@ -111,10 +111,10 @@ def gmae(pred: list[np.ndarray], true: list[np.ndarray]) -> tuple[float, int]:
 
 def champion_key(family: str, validation: float | None, rows: int) -> tuple[float, float]:
     """`pmdb fit`'s champion rule (fitters.registry.choose_champion) as a sort key: the lowest validation GMAE, or
-    with fewer than MIN_VALIDATION_ROWS validation rows the analytic family."""
-    from fitters.selection import ANALYTIC_FAMILIES, MIN_VALIDATION_ROWS
+    with fewer than MIN_VALIDATION_CONFIGS validation rows the analytic family."""
+    from fitters.selection import ANALYTIC_FAMILIES, MIN_VALIDATION_CONFIGS
     score = math.inf if validation is None else validation
-    return (0.0 if family in ANALYTIC_FAMILIES else 1.0, score) if rows < MIN_VALIDATION_ROWS else (0.0, score)
+    return (0.0 if family in ANALYTIC_FAMILIES else 1.0, score) if rows < MIN_VALIDATION_CONFIGS else (0.0, score)
 
 
 def per_gpu(store, gpus: list[str], seed: int, budget_s: float, log,
@@ -137,7 +137,7 @@ def per_gpu(store, gpus: list[str], seed: int, budget_s: float, log,
             best = on_test = None
             for family in MODEL_FAMILIES:
                 started = time.monotonic()
-                model, split, (validation, validation_rows) = fit_kernel_group(group, family, peaks, seed, budget_s)
+                model, split, (validation, validation_configs) = fit_kernel_group(group, family, peaks, seed, budget_s)
                 predicted = np.asarray(model.predict(group.params.iloc[split.test].reset_index(drop=True)))
                 measured = truth[split.test]
                 preds[(fam, family)][0].append(predicted)
@@ -145,7 +145,7 @@ def per_gpu(store, gpus: list[str], seed: int, budget_s: float, log,
                 score = gmae([predicted], [measured])[0]
                 log(f"{gpu} {group.op} {family}: test GMAE {100 * score:.2f}% "
                     f"({split.train.size} train / {split.test.size} test, {time.monotonic() - started:.1f} s)")
-                chosen_by = champion_key(family, validation, validation_rows)
+                chosen_by = champion_key(family, validation, validation_configs)
                 if best is None or chosen_by < best[0]:
                     best = (chosen_by, predicted, measured)
                 if on_test is None or score < on_test[0]:

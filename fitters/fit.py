@@ -348,7 +348,7 @@ class Fitter:
             sizes = group.rows["max_rank_bytes"].to_numpy(dtype=float)
             times = group.rows["lat_us"].to_numpy(dtype=float)
             model: Model = coll.fit(group.collective, group.world_size, sizes[split.train], times[split.train])
-            validation, validation_rows = None, None    # one family per collective: nothing to choose
+            validation, validation_configs = None, None    # one family per collective: nothing to choose
             frame = group.rows[["max_rank_bytes"]]
             ids, inputs = group.rows["collective_id"], group.rows[["max_rank_bytes", "split_kind"]]
             record = VersionRecord(collective_model_name(self.platform, group.collective, group.world_size),
@@ -360,7 +360,7 @@ class Fitter:
                                     self.options.train_config, self.options.gbdt_trials)
             else:
                 model = trained[0]
-            validation, validation_rows = selection.validation_score(
+            validation, validation_configs = selection.validation_score(
                 model, _training_set(group, split.train, peaks), seed,
                 lambda part: _fit_family(task.family, part, seed, budget_s, self.options.train_config,
                                          self.options.gbdt_trials))
@@ -380,7 +380,7 @@ class Fitter:
         record.data_runs = sorted(group.rows["run_id"].iloc[split.train].unique().tolist())
         record.data_hash = data_hash(ids.iloc[split.train], inputs.iloc[split.train], times[split.train])
         record.metrics = test_metrics(pred_test, times[split.test])
-        record.validation_gmae, record.validation_rows = validation, validation_rows
+        record.validation_gmae, record.validation_configs = validation, validation_configs
         if not isinstance(group, data.CollectiveGroup):  # the noise floor beside the test error (µs rows only)
             record.metrics["replicate_gmae"] = replicate_gmae(self.store, ids.iloc[split.test])
         record.histogram = error_histogram(pred_test, times[split.test])

@@ -136,7 +136,7 @@ class VersionRecord:
     n_test: int = 0
     metrics: dict[str, float] = field(default_factory=dict)       # test split: gmae, mape, std, ...
     validation_gmae: float | None = None   # on the training side's validation rows: what chooses the champion
-    validation_rows: int | None = None     # how many (fitters.selection.MIN_VALIDATION_ROWS)
+    validation_configs: int | None = None  # configurations in that part (fitters.selection)
     histogram: dict[str, Any] = field(default_factory=dict)       # test relative-error histogram
     fit_seconds: float = 0.0
 
@@ -391,8 +391,8 @@ class Registry:
                                                              "fit_seconds": record.fit_seconds}
                 if record.validation_gmae is not None:
                     metrics["validation_gmae_pct"] = 100.0 * record.validation_gmae
-                if record.validation_rows is not None:
-                    metrics["validation_rows"] = record.validation_rows
+                if record.validation_configs is not None:
+                    metrics["validation_configs"] = record.validation_configs
                 now = get_current_time_millis()
                 self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0, model_id=info.model_id,
                                                               run_id=run_id) for k, v in metrics.items()])
@@ -608,7 +608,7 @@ def _mirror_version(store: Store, record: VersionRecord, model: Model, version: 
         "family": record.family, "params": model.describe(), "features": model.features(),
         "test_gmae": record.metrics.get("gmae"), "test_mape": record.metrics.get("mape"),
         "test_std": record.metrics.get("std"), "test_error_hist": record.histogram, "n_train": record.n_train,
-        "validation_gmae": record.validation_gmae, "validation_rows": record.validation_rows,
+        "validation_gmae": record.validation_gmae, "validation_configs": record.validation_configs,
         "n_test": record.n_test, "n_dropped": record.n_dropped, "data_hash": record.data_hash,
         "data_runs": record.data_runs, "model_uri": model_uri})
 
@@ -621,11 +621,12 @@ def set_mirror_alias(store: Store, name: str, alias: str, version: int) -> None:
 def choose_champion(store: Store, name: str, run_id: str | None = None) -> int | None:
     """The champion among the newest version of each family fitted on the newest version's data (same hash), the
     test split never choosing (:mod:`fitters.selection`): the lowest validation GMAE; with fewer than
-    ``MIN_VALIDATION_ROWS`` validation rows, the analytic family (roofline, embedding_linear) where one is there.
+    ``MIN_VALIDATION_CONFIGS`` validation configurations, the analytic family (roofline, embedding_linear) where
+    one is there.
     Where a candidate was registered before validation scores were kept (migration 0021), all are ranked by test
     GMAE, as they were then. Only versions of completed runs count, and those of ``run_id`` (the fit in progress
     that asks): a version of a fit that was interrupted or failed never becomes champion."""
-    from fitters.selection import ANALYTIC_FAMILIES, MIN_VALIDATION_ROWS
+    from fitters.selection import ANALYTIC_FAMILIES, MIN_VALIDATION_CONFIGS
     analytic = ", ".join(f"'{family}'" for family in ANALYTIC_FAMILIES)
     return store.scalar(
         "WITH eligible AS (SELECT * FROM model_versions WHERE name = ? AND (run_id IS NULL OR run_id = ? OR run_id IN "
@@ -635,8 +636,8 @@ def choose_champion(store: Store, name: str, run_id: str | None = None) -> int |
         "  QUALIFY row_number() OVER (PARTITION BY family ORDER BY version DESC) = 1), "
         "scored AS (SELECT * FROM per_family "
         "  WHERE data_hash = (SELECT data_hash FROM newest) AND test_gmae IS NOT NULL), "
-        "rule AS (SELECT count(*) > count(validation_rows) AS legacy, "
-        f"  coalesce(min(validation_rows) < {int(MIN_VALIDATION_ROWS)}, FALSE) AS few FROM scored) "
+        "rule AS (SELECT count(*) > count(validation_configs) AS legacy, "
+        f"  coalesce(min(validation_configs) < {int(MIN_VALIDATION_CONFIGS)}, FALSE) AS few FROM scored) "
         "SELECT version FROM scored ORDER BY "
         "  CASE WHEN (SELECT legacy FROM rule) THEN test_gmae "
         f"       WHEN (SELECT few FROM rule) THEN CASE WHEN family IN ({analytic}) THEN 0.0 ELSE 1.0 END "

@@ -4,24 +4,26 @@ Every family of a kernel or embedding group is scored on the same **validation p
 configurations :func:`inner_split` sets apart (15 %, seeded by the fit's seed + 1). The champion is the lowest
 **validation GMAE** (:func:`fitters.registry.choose_champion`), so the test split stays unseen by every choice and
 the champion's test GMAE is a held-out figure, not the best of three held-out figures (optimistic by the luck of
-the pick).
+the pick). What counts is the number of validation **configurations** (distinct shapes), not rows: a shape mined
+from a trace has hundreds of calls, and 108 rows of one or two shapes tell no more than those shapes do.
 
 How each family is scored there:
 
-- with :data:`NESTED_BELOW` validation rows or more, a learned family (gbdt, mlp, DeepSets) by its own search: the
-  chosen candidate, fitted on the rest of the training side, before its refit on all of it;
+- with :data:`NESTED_BELOW` validation configurations or more, a learned family (gbdt, mlp, DeepSets) by its own
+  search: the chosen candidate, fitted on the rest of the training side, before its refit on all of it;
 - with fewer, every family by a **nested fit**: the family's whole procedure (search included) run again on the
   rest of the training side, then scored on the validation rows, which it never saw. A search's own figure is
-  tuned on those rows (its candidate and epochs were picked there), which on a few rows flatters it badly: in a
-  CPU quickstart (2026-12-01, AMD EPYC; 102 names, median 2 validation rows) the searches' figures picked networks
-  whose champions reached 15.5 % test GMAE (geomean), the nested fits 10.3 %, the roofline alone 8.4 %;
+  tuned on those rows (its candidate and epochs were picked there), which on a few configurations flatters it
+  badly: in a CPU quickstart (2026-12-01, AMD EPYC; 102 names, median 2 validation configurations) the searches'
+  figures picked networks whose champions reached 12.2 % test GMAE (geomean), the nested fits 8.8 %, the roofline
+  alone 6.8 %;
 - the analytic families (roofline, additive work terms) always by a fit on the rest (a few parameters: cheap).
 
-With fewer than :data:`MIN_VALIDATION_ROWS` validation rows (one or two configurations) no score can tell families
+With fewer than :data:`MIN_VALIDATION_CONFIGS` validation configurations (one or two) no score can tell families
 apart: the **analytic family** is champion, a choice made before any data is seen. Both cut-offs were set on two
 data sets, reported in benchmarks/results/champion_rules.md: the quickstart's CPU sweeps and the V100 table
-subsampled to 60 configurations per op (7 validation rows), where the nested fits' champions reached 2.4 % against
-the roofline's 11.0 %.
+subsampled to 60 configurations per op (7 validation configurations), where the nested fits' champions reached
+2.4 % against the roofline's 11.0 %.
 """
 from __future__ import annotations
 
@@ -37,8 +39,8 @@ from pmdb import metrics
 from pmdb.errors import PmdbError
 
 VALIDATION_FRACTION = 0.15    # share of the training side's configurations held out for choices
-MIN_VALIDATION_ROWS = 3       # fewer: the analytic family is champion, no score chooses
-NESTED_BELOW = 30             # fewer validation rows: every family scored by a nested fit
+MIN_VALIDATION_CONFIGS = 3    # fewer validation configurations: the analytic family is champion
+NESTED_BELOW = 30             # fewer validation configurations: every family scored by a nested fit
 ANALYTIC_FAMILIES = ("roofline", "embedding_linear")
 
 
@@ -60,22 +62,23 @@ def subset(training: TrainingSet, rows: np.ndarray) -> TrainingSet:
 
 def validation_score(model: Model, training: TrainingSet, seed: int,
                      refit: Callable[[TrainingSet], Model]) -> tuple[float | None, int]:
-    """(GMAE, rows) of the family on the validation rows of ``training``: a learned search's own figure
-    (``validation_gmae`` in its search record) with :data:`NESTED_BELOW` rows or more, else ``refit`` (the family's
-    whole fit) on the other rows scored there. GMAE None without a validation row, a fit or a finite score."""
+    """(GMAE, configurations) of the family on the validation rows of ``training``: a learned search's own figure
+    (``validation_gmae`` in its search record) with :data:`NESTED_BELOW` configurations there or more, else
+    ``refit`` (the family's whole fit) on the other rows scored there. GMAE None without a validation row, a fit or
+    a finite score."""
     record = model.search_record()
     inner = inner_split(training.groups, seed)
-    rows = int(inner.test.size)
-    if record and rows >= NESTED_BELOW:
+    configs = int(np.unique(np.asarray(training.groups)[inner.test].astype(str)).size)
+    if record and configs >= NESTED_BELOW:
         recorded = record.get("validation_gmae")
         ok = recorded is not None and math.isfinite(float(recorded))
-        return (float(recorded) if ok else None), rows
-    if inner.train.size == 0 or rows == 0:
-        return None, rows
+        return (float(recorded) if ok else None), configs
+    if inner.train.size == 0 or inner.test.size == 0:
+        return None, configs
     held = training.params.iloc[inner.test].reset_index(drop=True)
     try:
         nested = refit(subset(training, inner.train))
     except (PmdbError, ValueError):   # a part too small for the family's fit: no score, so it is not chosen
-        return None, rows
+        return None, configs
     score = metrics.gmae(nested.predict(held), np.asarray(training.times_us)[inner.test])
-    return (score if math.isfinite(score) else None), rows
+    return (score if math.isfinite(score) else None), configs

@@ -53,7 +53,7 @@ def models(ctx: typer.Context,
     sql = ("SELECT m.name, m.version, m.family, m.platform, m.op, m.pass, m.cache_state, m.world_size, "
            "round(100 * m.test_gmae, 2) AS gmae_pct, round(100 * m.test_mape, 2) AS mape_pct, "
            "round(100 * m.test_std, 2) AS std_pct, m.n_train, m.n_test, "
-           "round(100 * m.validation_gmae, 2) AS val_pct, m.validation_rows, "
+           "round(100 * m.validation_gmae, 2) AS val_pct, m.validation_configs, "
            "(SELECT string_agg(a.alias, ',' ORDER BY a.alias) FROM model_aliases a "
            " WHERE a.name = m.name AND a.version = m.version) AS aliases, m.created_at "
            "FROM model_versions m" + (" WHERE " + " AND ".join(where) if where else "")

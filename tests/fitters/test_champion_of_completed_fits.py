@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fitters.registry import choose_champion
-from fitters.selection import MIN_VALIDATION_ROWS
+from fitters.selection import MIN_VALIDATION_CONFIGS
 from pmdb import platform as platforms
 
 NAME = "pmdb.box.relu.fwd.cold"
@@ -42,7 +42,7 @@ def _scored(store, run_id: str, version: int, test: float, validation: float | N
                                         "run_id": run_id, "platform": "box", "op": "relu", "pass": "fwd",
                                         "family": ("roofline", "mlp", "gbdt")[version - 1], "test_gmae": test,
                                         "validation_gmae": validation, "data_hash": "same-rows",
-                                        "validation_rows": None if validation is None else rows})
+                                        "validation_configs": None if validation is None else rows})
 
 
 def test_the_validation_split_chooses_the_champion_not_the_test_split(store):
@@ -56,11 +56,11 @@ def test_the_validation_split_chooses_the_champion_not_the_test_split(store):
     assert choose_champion(store, NAME) == 2
 
 
-def test_too_few_validation_rows_make_the_analytic_family_champion(store):
-    """Below MIN_VALIDATION_ROWS no score chooses (a learned family's is tuned on those rows): the roofline is
+def test_too_few_validation_configs_make_the_analytic_family_champion(store):
+    """Below MIN_VALIDATION_CONFIGS no score chooses (a learned family's is tuned on those rows): the roofline is
     champion whatever the validation and test figures say."""
     platforms.ensure_named(store, "box", device_kind="cpu")
-    few = MIN_VALIDATION_ROWS - 1
+    few = MIN_VALIDATION_CONFIGS - 1
     with store.run("fit", "box", {}) as done:
         _scored(store, done.run_id, 1, test=0.09, validation=0.09, rows=few)
         _scored(store, done.run_id, 2, test=0.02, validation=0.01, rows=few)

@@ -12,7 +12,7 @@ from fitters import data, registry
 from fitters.fit import FitOptions, fit_models
 from fitters.load import load_model, select_models
 from fitters.split import split_rows
-from fitters.selection import MIN_VALIDATION_ROWS, NESTED_BELOW
+from fitters.selection import MIN_VALIDATION_CONFIGS, NESTED_BELOW
 from fitters.model import TrainConfig
 from pmdb import metrics
 from pmdb.config import Workspace
@@ -74,8 +74,8 @@ def test_every_group_and_family_is_registered_with_a_champion(fitted):
     # those rows; a collective has one family and no validation score
     scored = versions[versions["name"] != AR]
     assert scored["validation_gmae"].notna().all()
-    assert scored["validation_rows"].between(MIN_VALIDATION_ROWS, NESTED_BELOW - 1).all()
-    assert versions.loc[versions["name"] == AR, ["validation_gmae", "validation_rows"]].isna().all().all()
+    assert scored["validation_configs"].between(MIN_VALIDATION_CONFIGS, NESTED_BELOW - 1).all()
+    assert versions.loc[versions["name"] == AR, ["validation_gmae", "validation_configs"]].isna().all().all()
     for name, rows in versions.groupby("name"):
         best = rows.loc[rows["test_gmae" if name == AR else "validation_gmae"].idxmin(), "version"]
         mirror = aliases.set_index(["name", "alias"])["version"]

@@ -15,7 +15,7 @@ import pytest
 from fitters import gemm_shapes
 from fitters.fit import DEFAULT_BUDGET_MINUTES
 from fitters.load import load_model
-from fitters.selection import MIN_VALIDATION_ROWS
+from fitters.selection import MIN_VALIDATION_CONFIGS
 from pmdb.cli import fit_models
 from pmdb.config import Workspace
 from pmdb.platform import Semantics
@@ -77,7 +77,7 @@ def test_every_forward_group_gets_three_families_with_test_metrics(shared_data, 
                                                            "layer_norm": "ln", "softmax": "softmax"}
                                                           [rows["op"].iloc[0]]]).all()
         assert rows["validation_gmae"].map(math.isfinite).all()     # every family scored where the choice is made
-        few = rows["validation_rows"].min() < MIN_VALIDATION_ROWS      # chosen without the test split
+        few = rows["validation_configs"].min() < MIN_VALIDATION_CONFIGS      # chosen without the test split
         best = rows.loc[(rows["family"] == "roofline").idxmax() if few else rows["validation_gmae"].idxmin(), "version"]
         assert champions.set_index("name").loc[name, "version"] == best
     roofline = fwd[fwd["family"] == "roofline"].iloc[0]

@@ -24,7 +24,7 @@ def test_v20_versions_keep_their_rows_and_their_test_ranking(tmp_path):
     conn.close()
     with Store.open(ws) as store:
         assert migrator.current_version(store.conn) == len(migrator.available())
-        rows = store.query("SELECT version, family, test_gmae, validation_gmae, validation_rows FROM model_versions ORDER BY version")
+        rows = store.query("SELECT version, family, test_gmae, validation_gmae, validation_configs FROM model_versions ORDER BY version")
         assert rows["family"].tolist() == ["roofline", "mlp", "gbdt"]
-        assert rows["test_gmae"].tolist() == [0.07, 0.02, 0.04] and rows[["validation_gmae", "validation_rows"]].isna().all().all()
+        assert rows["test_gmae"].tolist() == [0.07, 0.02, 0.04] and rows[["validation_gmae", "validation_configs"]].isna().all().all()
         assert choose_champion(store, NAME) == 2
