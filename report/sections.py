@@ -50,7 +50,7 @@ def models_section(store: Store, out: Path, platform: str | None) -> Section:
                       "versions as small markers; n = held-out rows (paper Table I). The table links each model "
                       "to its fit's scatter plot and its MLflow run. The test rows choose nothing: the champion has "
                       "the lowest GMAE on a validation part of the training side, or is the analytic family "
-                      "(roofline, additive work terms) where that part holds fewer than 3 rows.")
+                      "(roofline, additive work terms) where that part holds fewer than 3 configurations.")
     versions = store.query(_KERNEL_VERSIONS, [platform, platform])
     if versions.empty:
         section.missing = "no fitted kernel models: run `pmdb collect ops`, then `pmdb fit --all`"

@@ -41,7 +41,8 @@ def models(ctx: typer.Context,
            ) -> None:
     """Registered models: per name its champion version (the latest when it has none) with its held-out test
     error (GMAE %), test rows and aliases; --all lists every version, newest first per name, with its GMAE on the
-    validation rows that chose the champion (val%; with under 3 of them the analytic family is champion)."""
+    validation rows that chose the champion (val%; with under 3 configurations there, the analytic family is
+    champion)."""
     if ctx.invoked_subcommand is not None:
         return
     cap = row_limit(limit)
