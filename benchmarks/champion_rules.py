@@ -5,8 +5,8 @@ four rules, and the held-out (test) GMAE the champions reach.
 
 Rules (per model name with two or more families fitted on the same data):
 
-- **pmdb** (`fitters.registry.choose_champion`, since 2026-12-01): the lowest validation GMAE, or with fewer than
-  `MIN_VALIDATION_CONFIGS` validation rows the analytic family; the test split chooses nothing.
+- **pmdb** (`fitters.selection.champion_of`, since 2026-12-01): the lowest validation GMAE, or with fewer than
+  `MIN_VALIDATION_CONFIGS` validation configurations the analytic family; the test split chooses nothing.
 - **validation only**: the lowest validation GMAE whatever the rows (a learned family's score is tuned on them).
 - **analytic only**: roofline / additive work terms always (a choice made before any data is seen).
 - **best on test**: the lowest test GMAE (pmdb's rule before 2026-12-01). Its figure is optimistic: the choice
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fitters.selection import ANALYTIC_FAMILIES, MIN_VALIDATION_CONFIGS
+from fitters.selection import ANALYTIC_FAMILIES, champion_of
 from gpu_kernel_accuracy import md_table
 from pmdb.config import resolve_workspace
 from pmdb.store import Store
@@ -37,7 +37,7 @@ def candidates(store: Store) -> pd.DataFrame:
     """The newest version of each family per model name, of names with two or more families on the same data and a
     validation score for each."""
     frame = store.query(
-        "SELECT m.platform, m.name, m.family, m.test_gmae, m.validation_gmae, m.validation_configs, m.data_hash, "
+        "SELECT m.platform, m.name, m.version, m.family, m.test_gmae, m.validation_gmae, m.validation_configs, m.data_hash, "
         "coalesce(a.version = m.version, FALSE) AS champion FROM model_versions m "
         "LEFT JOIN model_aliases a ON a.name = m.name AND a.alias = 'champion' "
         "WHERE m.test_gmae IS NOT NULL "
@@ -52,8 +52,7 @@ def pick(rows: pd.DataFrame, rule: str) -> pd.Series:
     analytic = rows[rows["family"].isin(ANALYTIC_FAMILIES)]
     by_validation = rows.loc[rows["validation_gmae"].fillna(np.inf).idxmin()]
     if rule == "pmdb":
-        few = rows["validation_configs"].min() < MIN_VALIDATION_CONFIGS
-        return analytic.iloc[0] if few and not analytic.empty else by_validation
+        return rows.loc[champion_of(rows)]
     if rule == "validation only":
         return by_validation
     if rule == "analytic only":

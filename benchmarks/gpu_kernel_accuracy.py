@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import math
 import os
 import platform as host
 import sys
@@ -109,19 +108,12 @@ def gmae(pred: list[np.ndarray], true: list[np.ndarray]) -> tuple[float, int]:
     return _gmae(p, t), int(t.size)
 
 
-def champion_key(family: str, validation: float | None, rows: int) -> tuple[float, float]:
-    """`pmdb fit`'s champion rule (fitters.registry.choose_champion) as a sort key: the lowest validation GMAE, or
-    with fewer than MIN_VALIDATION_CONFIGS validation rows the analytic family."""
-    from fitters.selection import ANALYTIC_FAMILIES, MIN_VALIDATION_CONFIGS
-    score = math.inf if validation is None else validation
-    return (0.0 if family in ANALYTIC_FAMILIES else 1.0, score) if rows < MIN_VALIDATION_CONFIGS else (0.0, score)
-
-
 def per_gpu(store, gpus: list[str], seed: int, budget_s: float, log,
             families: tuple[str, ...] = FAMILIES) -> pd.DataFrame:
     """Held-out GMAE per (GPU, op family, model family) and of the per-op champion (pmdb's rule)."""
     from fitters import data
     from fitters.fit import fit_kernel_group
+    from fitters.selection import champion_of
 
     rows = []
     for gpu in gpus:
@@ -134,7 +126,7 @@ def per_gpu(store, gpus: list[str], seed: int, budget_s: float, log,
                 continue
             ops[fam].append(group.op)
             truth = group.rows["median_us"].to_numpy(dtype=float)
-            best = on_test = None
+            fitted = []   # per family: (validation figures, test GMAE, predicted, measured)
             for family in MODEL_FAMILIES:
                 started = time.monotonic()
                 model, split, (validation, validation_configs) = fit_kernel_group(group, family, peaks, seed, budget_s)
@@ -145,14 +137,14 @@ def per_gpu(store, gpus: list[str], seed: int, budget_s: float, log,
                 score = gmae([predicted], [measured])[0]
                 log(f"{gpu} {group.op} {family}: test GMAE {100 * score:.2f}% "
                     f"({split.train.size} train / {split.test.size} test, {time.monotonic() - started:.1f} s)")
-                chosen_by = champion_key(family, validation, validation_configs)
-                if best is None or chosen_by < best[0]:
-                    best = (chosen_by, predicted, measured)
-                if on_test is None or score < on_test[0]:
-                    on_test = (score, predicted, measured)
-            for key, pick in (("champion", best), ("best_on_test", on_test)):
-                preds[(fam, key)][0].append(pick[1])
-                preds[(fam, key)][1].append(pick[2])
+                fitted.append(({"family": family, "test_gmae": score, "validation_gmae": validation,
+                                "validation_configs": validation_configs, "version": -len(fitted)},
+                               predicted, measured))
+            candidates = pd.DataFrame([f[0] for f in fitted])   # ties: the first family, as `fitted` is ordered
+            picks = {"champion": champion_of(candidates), "best_on_test": candidates["test_gmae"].idxmin()}
+            for key, index in picks.items():
+                preds[(fam, key)][0].append(fitted[index][1])
+                preds[(fam, key)][1].append(fitted[index][2])
         for fam in FAMILIES:
             if not ops.get(fam):
                 continue

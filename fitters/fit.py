@@ -172,15 +172,20 @@ def fit_kernel_group(group: data.KernelGroup, family: str, peaks: dict[str, floa
                      budget_s: float = float("inf"), config: TrainConfig = work.TRAIN,
                      gbdt_trials: int = work.GBDT_TRIALS) -> tuple[Model, Split, tuple[float | None, int]]:
     """One kernel group's model of ``family`` fitted on the training side of the seeded split by configuration, as
-    `pmdb fit` does (the test side is never seen); returns (model, split, (validation GMAE, validation rows): what
-    `pmdb fit` chooses the champion by, :mod:`fitters.selection`) for scoring the test side. The work is
-    ``config`` (default: `pmdb fit`'s) and ``gbdt_trials``; ``budget_s`` (s) only a safety cap."""
+    `pmdb fit` does (the test side is never seen); returns (model, split, (validation GMAE, validation
+    configurations): what `pmdb fit` chooses the champion by, :mod:`fitters.selection`) for scoring the test side.
+    The work is ``config`` (default: `pmdb fit`'s) and ``gbdt_trials``; ``budget_s`` (s) only a safety cap."""
     split = _kernel_split(group, seed)
     training = _training_set(group, split.train, peaks)
     model = _fit_family(family, training, seed, budget_s, config, gbdt_trials)
-    validation = selection.validation_score(
+    return model, split, _validation(family, model, training, seed, budget_s, config, gbdt_trials)
+
+
+def _validation(family: str, model: Model, training: TrainingSet, seed: int, budget_s: float,
+                config: TrainConfig, gbdt_trials: int) -> tuple[float | None, int]:
+    """:func:`fitters.selection.validation_score` of ``model``, a nested fit being the family's whole fit."""
+    return selection.validation_score(
         model, training, seed, lambda part: _fit_family(family, part, seed, budget_s, config, gbdt_trials))
-    return model, split, validation
 
 
 def _poolable(task: Task) -> bool:
@@ -355,15 +360,14 @@ class Fitter:
                                    self.platform, group.collective, "sigmoid", world_size=group.world_size)
         else:
             split = _kernel_split(group, seed)
+            training = _training_set(group, split.train, peaks)
             if trained is None:
-                model = _fit_family(task.family, _training_set(group, split.train, peaks), seed, budget_s,
-                                    self.options.train_config, self.options.gbdt_trials)
+                model = _fit_family(task.family, training, seed, budget_s, self.options.train_config,
+                                    self.options.gbdt_trials)
             else:
                 model = trained[0]
-            validation, validation_configs = selection.validation_score(
-                model, _training_set(group, split.train, peaks), seed,
-                lambda part: _fit_family(task.family, part, seed, budget_s, self.options.train_config,
-                                         self.options.gbdt_trials))
+            validation, validation_configs = _validation(task.family, model, training, seed, budget_s,
+                                                         self.options.train_config, self.options.gbdt_trials)
             frame, times = group.params, group.rows["median_us"].to_numpy(dtype=float)
             ids, inputs = group.rows["measurement_id"], group.params
             record = VersionRecord(

@@ -108,6 +108,7 @@ def fit(training: TrainingSet, seed: int = 0, budget_s: float = float("inf"),
 def _search(spec: feats.FeatureSpec, x: np.ndarray, y: np.ndarray, inner: Any, min_leaf: int, seed: int,
             deadline: float, max_trials: int) -> GBDTModel:
     trials: list[dict[str, Any]] = []
+    validation: list[float] = []   # each trial's GMAE on the validation rows (fitters.selection)
     planned = TrainConfig(max_trials=max_trials).trials_for(len(y))
     capped = False
     for hyper in candidates(GRID, FIRST, seed)[:planned]:
@@ -119,14 +120,12 @@ def _search(spec: feats.FeatureSpec, x: np.ndarray, y: np.ndarray, inner: Any, m
         predicted = model.predict(x[inner.test])
         residual = np.abs(predicted - y[inner.test])
         val_score = float(np.exp(np.mean(np.log(residual + 1e-4))))  # the GMAE analogue in ln-time
-        trials.append({**hyper, "val_score": round(val_score, 6), "iterations": int(model.n_iter_),
-                       "validation_gmae": ln_gmae(predicted, y[inner.test])})
-    best = min(trials, key=lambda t: t["val_score"])
+        trials.append({**hyper, "val_score": round(val_score, 6), "iterations": int(model.n_iter_)})
+        validation.append(ln_gmae(predicted, y[inner.test]))
+    chosen = min(range(len(trials)), key=lambda i: trials[i]["val_score"])
+    best = trials[chosen]
     hyper = {k: best[k] for k in FIRST}
     final = _estimator(hyper, seed, max(best["iterations"], 1), min_leaf, early=False).fit(x, y)
-    chosen = best.pop("validation_gmae")   # the champion's choice (fitters.selection); trials keep their val_score
-    for trial in trials:
-        trial.pop("validation_gmae", None)
     return GBDTModel(spec, final, {"trials": trials, "validation_rows": int(inner.test.size), "budget_hit": capped,
-                                   "validation_gmae": round(chosen, 6),
+                                   "validation_gmae": round(validation[chosen], 6),
                                    "work": {"max_trials": planned, "max_iter": MAX_ITER}})

@@ -619,30 +619,21 @@ def set_mirror_alias(store: Store, name: str, alias: str, version: int) -> None:
 
 
 def choose_champion(store: Store, name: str, run_id: str | None = None) -> int | None:
-    """The champion among the newest version of each family fitted on the newest version's data (same hash), the
-    test split never choosing (:mod:`fitters.selection`): the lowest validation GMAE; with fewer than
-    ``MIN_VALIDATION_CONFIGS`` validation configurations, the analytic family (roofline, embedding_linear) where
-    one is there.
-    Where a candidate was registered before validation scores were kept (migration 0021), all are ranked by test
-    GMAE, as they were then. Only versions of completed runs count, and those of ``run_id`` (the fit in progress
-    that asks): a version of a fit that was interrupted or failed never becomes champion."""
-    from fitters.selection import ANALYTIC_FAMILIES, MIN_VALIDATION_CONFIGS
-    analytic = ", ".join(f"'{family}'" for family in ANALYTIC_FAMILIES)
-    return store.scalar(
+    """The champion among the newest version of each family fitted on the newest version's data (same hash), by
+    :func:`fitters.selection.champion_of` (the test split never choosing, but for versions registered before
+    migration 0021). Only versions of completed runs count, and those of ``run_id`` (the fit in progress that asks):
+    a version of a fit that was interrupted or failed never becomes champion."""
+    from fitters.selection import champion_of
+    candidates = store.query(
         "WITH eligible AS (SELECT * FROM model_versions WHERE name = ? AND (run_id IS NULL OR run_id = ? OR run_id IN "
         "  (SELECT run_id FROM collection_runs WHERE status = 'completed'))), "
         "newest AS (SELECT data_hash FROM eligible ORDER BY version DESC LIMIT 1), "
         "per_family AS (SELECT * FROM eligible "
-        "  QUALIFY row_number() OVER (PARTITION BY family ORDER BY version DESC) = 1), "
-        "scored AS (SELECT * FROM per_family "
-        "  WHERE data_hash = (SELECT data_hash FROM newest) AND test_gmae IS NOT NULL), "
-        "rule AS (SELECT count(*) > count(validation_configs) AS legacy, "
-        f"  coalesce(min(validation_configs) < {int(MIN_VALIDATION_CONFIGS)}, FALSE) AS few FROM scored) "
-        "SELECT version FROM scored ORDER BY "
-        "  CASE WHEN (SELECT legacy FROM rule) THEN test_gmae "
-        f"       WHEN (SELECT few FROM rule) THEN CASE WHEN family IN ({analytic}) THEN 0.0 ELSE 1.0 END "
-        "       ELSE validation_gmae END NULLS LAST, validation_gmae NULLS LAST, version DESC LIMIT 1",
-        [name, run_id])
+        "  QUALIFY row_number() OVER (PARTITION BY family ORDER BY version DESC) = 1) "
+        "SELECT version, family, test_gmae, validation_gmae, validation_configs FROM per_family "
+        "WHERE data_hash = (SELECT data_hash FROM newest) AND test_gmae IS NOT NULL", [name, run_id])
+    chosen = champion_of(candidates)
+    return None if chosen is None else int(candidates.at[chosen, "version"])
 
 
 def promote(store: Store, registry: Registry, name: str, version: int) -> None:

@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from fitters.model import Model, TrainingSet
 from fitters.split import Split, split_rows
@@ -58,6 +59,26 @@ def subset(training: TrainingSet, rows: np.ndarray) -> TrainingSet:
     """The training set restricted to ``rows``."""
     return replace(training, params=training.params.iloc[rows].reset_index(drop=True),
                    times_us=np.asarray(training.times_us)[rows], groups=np.asarray(training.groups)[rows])
+
+
+def champion_of(candidates: pd.DataFrame) -> object:
+    """The index label of the champion among one name's candidates (columns family, test_gmae, validation_gmae,
+    validation_configs and, for ties, version): the lowest validation GMAE; with fewer than
+    :data:`MIN_VALIDATION_CONFIGS` validation configurations the analytic family where one is there; where a
+    candidate has no validation configurations (registered before migration 0021), the lowest test GMAE, as then.
+    Ties go to the newest version. None without candidates."""
+    if candidates.empty:
+        return None
+    if candidates["validation_configs"].isna().any():
+        first = candidates["test_gmae"].astype(float)
+    elif candidates["validation_configs"].min() < MIN_VALIDATION_CONFIGS:
+        first = (~candidates["family"].isin(ANALYTIC_FAMILIES)).astype(float)
+    else:
+        first = candidates["validation_gmae"].astype(float)
+    keys = pd.DataFrame({"first": first, "validation": candidates["validation_gmae"].astype(float),
+                         "version": candidates.get("version", pd.Series(0, index=candidates.index))})
+    return keys.sort_values(["first", "validation", "version"], ascending=[True, True, False],
+                            na_position="last", kind="stable").index[0]
 
 
 def validation_score(model: Model, training: TrainingSet, seed: int,
