@@ -16,8 +16,9 @@ running when it is spent is cut short (later ones train one candidate for ``min_
 prints a warning.
 
 With ``jobs`` > 1 (`pmdb fit --jobs N`, default: the usable cores, at most 4) the learned searches run in worker
-processes, up to ``jobs`` ahead of the task being registered (:mod:`fitters.fit_pool`, from ``POOL_MIN_TASKS``
-learned searches on); the versions, their numbers and their models are those of ``--jobs 1``.
+processes, up to ``AHEAD_PER_JOB`` x ``jobs`` ahead of the task being registered (:mod:`fitters.fit_pool`, from
+``POOL_MIN_TASKS`` learned searches on), each scored there too (:mod:`fitters.selection`); the versions, their numbers, their models and
+their scores are those of ``--jobs 1``.
 
 Each version's figures (:mod:`fitters.plots`) are drawn by a second process while the next model fits
 (:mod:`fitters.figure_worker`, from ``FIGURE_WORKER_MIN_TASKS`` planned fits on: starting it costs about a second),
@@ -66,6 +67,7 @@ DEFAULT_BUDGET_MINUTES = 4.0  # safety cap (min) on a fit's learned searches tog
 GEMM_BACKWARD_OPS = ("fully_connected", "bmm")   # forward GEMM groups whose backward pass gemm_shapes prices
 FIGURE_WORKER_MIN_TASKS = 6   # fewer planned fits draw their figures in this process
 POOL_MIN_TASKS = 8            # fewer learned searches run in this process (starting workers costs seconds)
+AHEAD_PER_JOB = 2             # searches in flight per worker: one running, one queued while the fit registers
 
 
 @dataclass
@@ -183,9 +185,16 @@ def fit_kernel_group(group: data.KernelGroup, family: str, peaks: dict[str, floa
 
 def _validation(family: str, model: Model, training: TrainingSet, seed: int, budget_s: float,
                 config: TrainConfig, gbdt_trials: int) -> tuple[float | None, int]:
-    """:func:`fitters.selection.validation_score` of ``model``, a nested fit being the family's whole fit."""
+    """:func:`fitters.selection.validation_score` of ``model``, a refit being the family's whole fit."""
     return selection.validation_score(
         model, training, seed, lambda part: _fit_family(family, part, seed, budget_s, config, gbdt_trials))
+
+
+def _fit_and_score(family: str, training: TrainingSet, seed: int, budget_s: float, config: TrainConfig,
+                   gbdt_trials: int) -> tuple[Model, tuple[float | None, int]]:
+    """(model, its validation score): one learned search and the refits that score it, as a pool worker runs them."""
+    model = _fit_family(family, training, seed, budget_s, config, gbdt_trials)
+    return model, _validation(family, model, training, seed, budget_s, config, gbdt_trials)
 
 
 def _poolable(task: Task) -> bool:
@@ -295,14 +304,15 @@ class Fitter:
 
     def _submit_ahead(self, pool: FitPool, ordered: list[Task], waiting: collections.deque[int],
                       ahead: dict[int, Any], peaks: dict[str, float], cap_s: float) -> None:
-        """Keep ``pool.jobs`` learned searches in flight, the next ones in task order (``waiting``: the indices not
+        """Keep ``AHEAD_PER_JOB`` x ``pool.jobs`` learned searches in flight (a worker that finishes finds the next
+        one queued while this process registers), the next ones in task order (``waiting``: the indices not
         yet submitted, so the task being registered is in flight or first); each is given what is left of the cap
-        when it starts."""
-        while waiting and len(ahead) < pool.jobs:
+        when it is submitted."""
+        while waiting and len(ahead) < AHEAD_PER_JOB * pool.jobs:
             i = waiting.popleft()
             task, seed = ordered[i], self.options.seed
             training = _training_set(task.group, _kernel_split(task.group, seed).train, peaks)
-            ahead[i] = pool.submit(_fit_family, task.family, training, seed, max(cap_s - self._spent(), 0.0),
+            ahead[i] = pool.submit(_fit_and_score, task.family, training, seed, max(cap_s - self._spent(), 0.0),
                                    self.options.train_config, self.options.gbdt_trials)
 
     def _wants_backward(self, group: data.KernelGroup) -> bool:
@@ -345,7 +355,8 @@ class Fitter:
 
     def _fit_one(self, task: Task, peaks: dict[str, float], budget_s: float, fit_run_id: str, tmp: Path,
                  trained: tuple[Model, float] | None = None) -> str:
-        """Fit (or take the pool's ``trained`` (model, search seconds)), score, register and draw one version."""
+        """Fit (or take the pool's ``trained`` ((model, validation score), seconds)), score, register and draw one
+        version."""
         group, seed = task.group, self.options.seed
         started = time.monotonic()
         if isinstance(group, data.CollectiveGroup):
@@ -362,12 +373,10 @@ class Fitter:
             split = _kernel_split(group, seed)
             training = _training_set(group, split.train, peaks)
             if trained is None:
-                model = _fit_family(task.family, training, seed, budget_s, self.options.train_config,
-                                    self.options.gbdt_trials)
+                model, (validation, validation_configs) = _fit_and_score(
+                    task.family, training, seed, budget_s, self.options.train_config, self.options.gbdt_trials)
             else:
-                model = trained[0]
-            validation, validation_configs = _validation(task.family, model, training, seed, budget_s,
-                                                         self.options.train_config, self.options.gbdt_trials)
+                model, (validation, validation_configs) = trained[0]
             frame, times = group.params, group.rows["median_us"].to_numpy(dtype=float)
             ids, inputs = group.rows["measurement_id"], group.params
             record = VersionRecord(

@@ -1,7 +1,8 @@
 """Trains a fit's learned models in worker processes while the fit registers the ones before them.
 
 A learned search (mlp, gbdt, DeepSets) runs on one thread and is a function of its training rows and seed only
-(:mod:`fitters.work`), so it can run in another process with the same result. :class:`FitPool` keeps up to ``jobs``
+(:mod:`fitters.work`), so it can run in another process with the same result; the worker also scores it for the
+champion's choice (the refits of :mod:`fitters.selection`), which are as deterministic. :class:`FitPool` keeps up to ``jobs``
 searches in flight, ahead of the task being registered, in the fit's task order; the fit takes each result when it
 reaches that task, so versions are numbered and registered exactly as a fit on one process would (`pmdb fit --jobs
 1`). Workers are spawned (``python -m`` style, no fork of a process holding DuckDB and MLflow handles), import torch
@@ -18,7 +19,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
-from fitters.model import Model, TrainConfig, TrainingSet
+from fitters.model import TrainConfig, TrainingSet
 from fitters.niceness import lower_priority
 from pmdb.errors import PmdbError
 
@@ -53,15 +54,16 @@ def _parent_of(pid: int) -> int | None:
     return int(fields[1]) if len(fields) > 1 else None
 
 
-def train(fit_kernel: Callable[..., Model], family: str, training: TrainingSet, seed: int, budget_s: float,
-          config: TrainConfig, gbdt_trials: int) -> tuple[Model, float]:
-    """One learned search, in a worker: (model, seconds it took), the model's weight files already written
-    (:meth:`fitters.model.Model.keep_weight_files`)."""
+def train(fit_kernel: Callable[..., Any], family: str, training: TrainingSet, seed: int, budget_s: float,
+          config: TrainConfig, gbdt_trials: int) -> tuple[Any, float]:
+    """One learned search, in a worker: (what ``fit_kernel`` returns, seconds it took). ``fit_kernel`` returns a model
+    or a tuple whose first item is the model (what else the worker computed with it: its validation score); the
+    model's weight files are already written (:meth:`fitters.model.Model.keep_weight_files`)."""
     started = time.monotonic()
-    model = fit_kernel(family, training, seed, budget_s, config, gbdt_trials)
+    result = fit_kernel(family, training, seed, budget_s, config, gbdt_trials)
     seconds = time.monotonic() - started
-    model.keep_weight_files()
-    return model, seconds
+    (result[0] if isinstance(result, tuple) else result).keep_weight_files()
+    return result, seconds
 
 
 class FitPool:
@@ -82,15 +84,15 @@ class FitPool:
     def __exit__(self, *exc: object) -> None:
         self.close(cancel=exc[0] is not None)
 
-    def submit(self, fit_kernel: Callable[..., Model], family: str, training: TrainingSet, seed: int,
+    def submit(self, fit_kernel: Callable[..., Any], family: str, training: TrainingSet, seed: int,
                budget_s: float, config: TrainConfig, gbdt_trials: int) -> Future:
         try:
             return self._executor.submit(train, fit_kernel, family, training, seed, budget_s, config, gbdt_trials)
         except BrokenProcessPool as exc:
             raise self._dead() from exc
 
-    def result(self, future: Future, label: str) -> tuple[Model, float]:
-        """(model, search seconds) of a submitted search; the search's own error as raised, a dead worker as one
+    def result(self, future: Future, label: str) -> tuple[Any, float]:
+        """(what the fit returned, seconds) of a submitted search; the search's own error as raised, a dead worker as one
         PmdbError naming ``label``."""
         try:
             return future.result()

@@ -49,8 +49,9 @@ def models_section(store: Store, out: Path, platform: str | None) -> Section:
                       "worst first: the champion (else latest) version as a large dot, the other families' latest "
                       "versions as small markers; n = held-out rows (paper Table I). The table links each model "
                       "to its fit's scatter plot and its MLflow run. The test rows choose nothing: the champion has "
-                      "the lowest GMAE on a validation part of the training side, or is the analytic family "
-                      "(roofline, additive work terms) where that part holds fewer than 3 configurations.")
+                      "the lowest GMAE on the training side (a validation part of it, or where that part holds "
+                      "fewer than 30 configurations, 5-fold cross-validation over all of it), or is the analytic "
+                      "family (roofline, additive work terms) where fewer than 3 configurations were scored.")
     versions = store.query(_KERNEL_VERSIONS, [platform, platform])
     if versions.empty:
         section.missing = "no fitted kernel models: run `pmdb collect ops`, then `pmdb fit --all`"

@@ -139,7 +139,7 @@ def steps(report_dir: str) -> list[Step]:
                          f"the same shapes measured again in a fresh process ({k} of {SHAPE_ROUNDS}: prices are "
                          f"medians)", settled=_shape_rounds_settled if k > 3 else None))
     plan += [
-        Step("fit", ("fit", "--all", "--budget-minutes", "3", "--summary"),
+        Step("fit", ("fit", "--all", "--budget-minutes", "5", "--summary"),
              "fit kernel and collective models (MLflow registry)"),
         Step("overheads", ("fit", "overheads"), "extract CPU overheads from the traces"),
         Step("comms-context", ("fit", "comms-context", "--target", "step"), "calibrate the collectives' "

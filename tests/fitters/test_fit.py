@@ -69,12 +69,14 @@ def test_every_group_and_family_is_registered_with_a_champion(fitted):
     assert run["status"].tolist() == ["completed"]
     assert len(versions) == len(results) == 6
     client = registry.Registry(ws).client
-    # the families of one kernel or embedding group are scored on its training side's validation rows, the test
-    # split never choosing; these small groups (fewer than NESTED_BELOW rows there) by nested fits, none of which saw
-    # those rows; a collective has one family and no validation score
+    # the families of one kernel or embedding group are scored on its training side, the test split never choosing;
+    # these small groups (fewer than NESTED_BELOW configurations in a validation part) by cross-validation over every
+    # training configuration (one row each here); a collective has one family and no validation score
     scored = versions[versions["name"] != AR]
     assert scored["validation_gmae"].notna().all()
-    assert scored["validation_configs"].between(MIN_VALIDATION_CONFIGS, NESTED_BELOW - 1).all()
+    assert (scored["validation_configs"] == scored["n_train"]).all()
+    assert (scored["validation_configs"] >= MIN_VALIDATION_CONFIGS).all()
+    assert (0.15 * scored["n_train"] < NESTED_BELOW).all()
     assert versions.loc[versions["name"] == AR, ["validation_gmae", "validation_configs"]].isna().all().all()
     for name, rows in versions.groupby("name"):
         best = rows.loc[rows["test_gmae" if name == AR else "validation_gmae"].idxmin(), "version"]

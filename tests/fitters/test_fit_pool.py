@@ -60,6 +60,9 @@ def test_two_jobs_register_what_one_does(tmp_path_factory, mlflow_template, synt
     assert (pooled["family"].isin(["mlp", "gbdt"])).sum() >= POOL_MIN_TASKS   # the pool was used
     columns = ["name", "version", "family", "test_gmae", "test_mape", "n_train", "n_test", "champion"]
     assert serial[columns].equals(pooled[columns])
+    # the workers also score their searches for the champion's choice: the same scores as one process
+    assert np.allclose(serial["validation_gmae"], pooled["validation_gmae"], equal_nan=True)
+    assert serial["validation_gmae"].notna().all()
     with Store.open(two, read_only=True) as store:
         run = store.query("SELECT args FROM collection_runs WHERE kind = 'fit'")
     assert '"jobs": 2' in run["args"].iloc[0]
